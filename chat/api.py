@@ -1,0 +1,132 @@
+"""The site JSON API (DESIGN.md): session auth + CSRF, JSON in and out. Views validate,
+call a service or selector, and render."""
+
+import functools
+import logging
+import uuid
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.http import require_http_methods
+
+from chat import selectors, services
+from chat.models import Conversation, Message
+from chat.presenters import conversation_json, message_json
+from chat.relay import relay_manager
+from chat.validation import InvalidInput, conversation_fields, message_content, parse_json_object
+
+logger = logging.getLogger(__name__)
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "status": status}}, status=status)
+
+
+def api_view(*methods: str):
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                return error(401, "Sign in first.")
+            try:
+                return view(request, *args, **kwargs)
+            except InvalidInput as exc:
+                return error(400, exc.message)
+            except RequestDataTooBig:
+                return error(413, "The request is too large.")
+            except services.ServiceError as exc:
+                return error(exc.status, exc.message)
+            except (Conversation.DoesNotExist, Message.DoesNotExist):
+                return error(404, "Not found.")
+
+        return require_http_methods(list(methods))(wrapper)
+
+    return decorate
+
+
+def body_of(request) -> dict:
+    return parse_json_object(request.body)
+
+
+def accepted(sent: services.SentMessage) -> JsonResponse:
+    relay_manager.launch(sent.assistant_message.id)
+    return JsonResponse(
+        {
+            "user_message": message_json(sent.user_message),
+            "assistant_message": message_json(sent.assistant_message),
+        },
+        status=202,
+    )
+
+
+@api_view("GET", "POST")
+def conversations(request):
+    if request.method == "POST":
+        fields = conversation_fields(body_of(request), partial=False)
+        conversation = services.conversation_create(
+            owner=request.user,
+            title=fields.pop("title", ""),
+            system_prompt=fields.pop("system_prompt", ""),
+            settings_=fields,
+        )
+        return JsonResponse(conversation_json(conversation), status=201)
+    query = request.GET.get("q", "")[:200]
+    found = selectors.conversation_list(user=request.user, query=query)[:500]
+    return JsonResponse({"conversations": [conversation_json(c) for c in found]})
+
+
+@api_view("GET", "PATCH", "DELETE")
+def conversation_detail(request, conversation_id: uuid.UUID):
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    if request.method == "DELETE":
+        services.conversation_delete(conversation=conversation)
+        return HttpResponse(status=204)
+    if request.method == "PATCH":
+        fields = conversation_fields(body_of(request), partial=True)
+        conversation = services.conversation_update(conversation=conversation, fields=fields)
+    messages = selectors.conversation_messages(conversation=conversation)
+    return JsonResponse(conversation_json(conversation, messages))
+
+
+@api_view("POST")
+def conversation_messages(request, conversation_id: uuid.UUID):
+    content = message_content(body_of(request))
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    return accepted(services.message_send(conversation=conversation, content=content))
+
+
+@api_view("GET")
+def message_detail(request, message_id: uuid.UUID):
+    return JsonResponse(message_json(selectors.message_get(user=request.user, message_id=message_id)))
+
+
+@api_view("POST")
+def message_stop(request, message_id: uuid.UUID):
+    message = selectors.message_get(user=request.user, message_id=message_id)
+    if message.status == Message.Status.STREAMING:
+        relay_manager.request_stop(message.id)
+    return JsonResponse({"message": message_json(message)}, status=202)
+
+
+@api_view("POST")
+def message_regenerate(request, message_id: uuid.UUID):
+    message = selectors.message_get(user=request.user, message_id=message_id)
+    reply = services.reply_regenerate(reply=message)
+    relay_manager.launch(reply.id)
+    return JsonResponse({"assistant_message": message_json(reply)}, status=202)
+
+
+@api_view("POST")
+def message_edit(request, message_id: uuid.UUID):
+    content = message_content(body_of(request))
+    message = selectors.message_get(user=request.user, message_id=message_id)
+    return accepted(services.message_edit(message=message, content=content))
+
+
+@api_view("GET")
+def models(request):
+    from asgiref.sync import async_to_sync
+
+    from chat.inference import get_client
+
+    return JsonResponse({"models": async_to_sync(get_client().list_models)()})

@@ -1,0 +1,5 @@
+from django.conf import settings
+
+
+def site_flags(request):
+    return {"signup_enabled": settings.SIGNUP_ENABLED}

@@ -1,0 +1,68 @@
+"""The site's side of the inference API: a backend chosen by dotted path in
+settings.INFERENCE_CLIENT, like Channels' layers. Every backend streams the same items."""
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import AsyncIterator
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: list[dict]
+    model: str = ""
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+    produced_at: float | None = None  # the server's monotonic clock, when it says
+
+
+@dataclass(frozen=True)
+class Finish:
+    reason: str
+    usage: dict = field(default_factory=dict)
+
+
+class InferenceError(Exception):
+    """A failure told to the user as `message` (a sentence a person understands)."""
+
+    def __init__(self, message: str, *, retryable: bool, kind: str):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.kind = kind
+
+
+class InferenceClient:
+    def stream_chat(self, request: ChatRequest) -> AsyncIterator[Delta | Finish]:
+        """Yield Delta items then exactly one Finish; raise InferenceError on failure."""
+        raise NotImplementedError
+
+    async def list_models(self) -> list[dict]:
+        raise NotImplementedError
+
+    async def default_model(self) -> str:
+        """The model a request without `model` gets; cached after the first answer."""
+        if not getattr(self, "_default_model", ""):
+            models = await self.list_models()
+            self._default_model = models[0]["id"] if models else ""
+        return self._default_model or "default"
+
+    async def aclose(self) -> None:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _client(path: str) -> InferenceClient:
+    return import_string(path)()
+
+
+def get_client() -> InferenceClient:
+    return _client(settings.INFERENCE_CLIENT)

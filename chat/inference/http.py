@@ -1,0 +1,230 @@
+"""Streams replies from OpenAI-compatible servers (ours, vLLM, TGI, llama.cpp, Ollama) with
+httpx: least in-flight server first, another server tried only before the first token."""
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+
+import httpx
+from django.conf import settings
+
+from chat.inference import ChatRequest, Delta, Finish, InferenceClient, InferenceError
+
+logger = logging.getLogger(__name__)
+
+UNREACHABLE = InferenceError(
+    "The model server cannot be reached. It may be stopped or still starting.",
+    retryable=True,
+    kind="unavailable",
+)
+BUSY = InferenceError(
+    "The model server is busy with other replies. Try again in a moment.",
+    retryable=True,
+    kind="busy",
+)
+
+
+class _TryNext(Exception):
+    """This server cannot take the request now; another may."""
+
+    def __init__(self, error: InferenceError):
+        self.error = error
+
+
+class HttpInferenceClient(InferenceClient):
+    def __init__(self) -> None:
+        self.urls = [url.rstrip("/") for url in settings.INFERENCE_URLS]
+        self.in_flight = {url: 0 for url in self.urls}
+        self.requests_sent = {url: 0 for url in self.urls}
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _http(self) -> httpx.AsyncClient:
+        # One connection pool per event loop: tests and management commands run their own.
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            headers = {}
+            if settings.INFERENCE_API_KEY:
+                headers["Authorization"] = f"Bearer {settings.INFERENCE_API_KEY}"
+            timeout = httpx.Timeout(
+                connect=settings.INFERENCE_CONNECT_TIMEOUT, read=None, write=30, pool=30
+            )
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
+            client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+            self._clients[loop] = client
+        return client
+
+    def _by_load(self) -> list[str]:
+        return sorted(self.urls, key=lambda url: self.in_flight[url])
+
+    async def stream_chat(self, request: ChatRequest):
+        body = _request_body(request)
+        deadline = time.monotonic() + settings.INFERENCE_BUSY_RETRY_SECONDS
+        backoff = 0.25
+        while True:
+            last_error = UNREACHABLE
+            for url in self._by_load():
+                try:
+                    async for item in self._stream_from(url, body):
+                        yield item
+                    return
+                except _TryNext as skip:
+                    last_error = skip.error
+            if last_error is not BUSY or time.monotonic() + backoff > deadline:
+                raise last_error
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 4.0)
+
+    async def _stream_from(self, url: str, body: dict):
+        self.in_flight[url] += 1
+        self.requests_sent[url] += 1
+        started = False
+        try:
+            request = self._http().build_request("POST", f"{url}/v1/chat/completions", json=body)
+            try:
+                response = await self._http().send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                logger.warning("inference server %s unreachable: %s", url, exc)
+                raise _TryNext(UNREACHABLE) from exc
+            try:
+                await _raise_for_status(response)
+                async for item in _parse_stream(response):
+                    started = True
+                    yield item
+            finally:
+                await response.aclose()
+        except httpx.HTTPError as exc:
+            if not started:
+                raise _TryNext(UNREACHABLE) from exc
+            raise _dropped() from exc
+        finally:
+            self.in_flight[url] -= 1
+
+    async def list_models(self) -> list[dict]:
+        for url in self._by_load():
+            try:
+                response = await self._http().get(f"{url}/v1/models", timeout=5)
+                response.raise_for_status()
+                return response.json().get("data", [])
+            except (httpx.HTTPError, ValueError):
+                continue
+        return []
+
+    async def aclose(self) -> None:
+        for client in list(self._clients.values()):
+            await client.aclose()
+        self._clients.clear()
+
+
+def _request_body(request: ChatRequest) -> dict:
+    body = {
+        "messages": request.messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.model:
+        body["model"] = request.model
+    for name in ("max_tokens", "temperature", "top_p"):
+        value = getattr(request, name)
+        if value is not None:
+            body[name] = value
+    return body
+
+
+def _dropped() -> InferenceError:
+    return InferenceError(
+        "The connection to the model server was lost in the middle of the reply.",
+        retryable=True,
+        kind="dropped",
+    )
+
+
+async def _raise_for_status(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    await response.aread()
+    if response.status_code == 503:
+        raise _TryNext(BUSY)
+    detail = _error_message(response)
+    if response.status_code == 401:
+        raise InferenceError(
+            "The site is not allowed to use the model server (check INFERENCE_API_KEY).",
+            retryable=False,
+            kind="auth",
+        )
+    if response.status_code == 404:
+        raise InferenceError(
+            f"The model server does not have this model: {detail}", retryable=False, kind="model"
+        )
+    if response.status_code == 429:
+        raise InferenceError(
+            "The model server is rate limiting requests. Try again in a moment.",
+            retryable=True,
+            kind="rate_limited",
+        )
+    if 400 <= response.status_code < 500:
+        raise InferenceError(
+            f"The model server refused this request: {detail}", retryable=False, kind="refused"
+        )
+    raise _TryNext(
+        InferenceError(
+            f"The model server failed ({response.status_code}): {detail}",
+            retryable=True,
+            kind="upstream",
+        )
+    )
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200] or response.reason_phrase
+
+
+async def _parse_stream(response: httpx.Response):
+    """Delta per content chunk, then one Finish; the usage chunk may come after the
+    finish_reason, so Finish waits for [DONE]."""
+    finish_reason = None
+    usage: dict = {}
+    loop = asyncio.get_running_loop()
+    lines = response.aiter_lines()
+    try:
+        async with asyncio.timeout(settings.INFERENCE_FIRST_TOKEN_TIMEOUT) as deadline:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    yield Finish(finish_reason or "stop", usage)
+                    return
+                chunk = json.loads(payload)
+                if "error" in chunk:
+                    raise InferenceError(
+                        "The model server failed while writing the reply: "
+                        f"{chunk['error'].get('message', 'unknown error')}",
+                        retryable=True,
+                        kind="upstream",
+                    )
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        yield Delta(text, chunk.get("x_ts"))
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                deadline.reschedule(loop.time() + settings.INFERENCE_READ_TIMEOUT)
+    except TimeoutError as exc:
+        raise InferenceError(
+            "The model server stopped answering: no new text for too long.",
+            retryable=True,
+            kind="timeout",
+        ) from exc
+    except ValueError as exc:
+        raise InferenceError(
+            "The model server sent something that is not a chat stream.",
+            retryable=False,
+            kind="protocol",
+        ) from exc
+    raise _dropped()

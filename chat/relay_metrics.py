@@ -1,0 +1,63 @@
+"""Prometheus figures for the site's relays (served at /metrics, for staff and scrapers)."""
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+class RelayMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.active = Gauge(
+            "tokenstream_relays_active", "Replies being relayed now", registry=registry
+        )
+        self.started = Counter(
+            "tokenstream_relays_started_total", "Replies whose relay started", registry=registry
+        )
+        self.finished = Counter(
+            "tokenstream_replies_finished_total",
+            "Replies ended, by final status",
+            ["status"],
+            registry=registry,
+        )
+        self.events = Counter(
+            "tokenstream_token_events_total", "Token events published", registry=registry
+        )
+        self.latency = Histogram(
+            "tokenstream_relay_latency_seconds",
+            "From the inference server producing a token to the site publishing it",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=registry,
+        )
+        self.reconnects = Counter(
+            "tokenstream_stream_reconnects_total",
+            "Event stream requests that resumed with Last-Event-ID",
+            registry=registry,
+        )
+        self.failures = Counter(
+            "tokenstream_relay_failures_total", "Relay failures, by kind", ["kind"], registry=registry
+        )
+
+    def relay_started(self) -> None:
+        self.started.inc()
+        self.active.inc()
+
+    def relay_ended(self) -> None:
+        self.active.dec()
+
+    def token_event(self, produced_at: float | None) -> None:
+        self.events.inc()
+        if produced_at is not None:
+            self.latency.observe(max(0.0, time.monotonic() - produced_at))
+
+    def reply_finished(self, status: str, failure_kind: str | None) -> None:
+        self.finished.labels(status=status).inc()
+        if failure_kind:
+            self.failure(failure_kind)
+
+    def failure(self, kind: str) -> None:
+        self.failures.labels(kind=kind).inc()
+
+
+METRICS = RelayMetrics(REGISTRY)

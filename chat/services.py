@@ -1,0 +1,174 @@
+"""Writes. Every function takes keyword-only, typed arguments and keeps its rows consistent
+in one transaction."""
+
+import datetime
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from chat import selectors
+from chat.models import Conversation, Message
+
+TITLE_CHARS = 60
+
+
+class ServiceError(Exception):
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class RateLimited(ServiceError):
+    status = 429
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    user_message: Message
+    assistant_message: Message
+
+
+def conversation_create(
+    *, owner, title: str = "", system_prompt: str = "", settings_: dict | None = None
+) -> Conversation:
+    return Conversation.objects.create(
+        owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
+    )
+
+
+def conversation_update(*, conversation: Conversation, fields: dict) -> Conversation:
+    for name, value in fields.items():
+        setattr(conversation, name, value)
+    conversation.save(update_fields=[*fields, "updated_at"])
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation) -> None:
+    conversation.delete()
+
+
+def title_from(content: str) -> str:
+    text = " ".join(content.split())
+    if len(text) <= TITLE_CHARS:
+        return text or "New chat"
+    cut = text[:TITLE_CHARS].rsplit(" ", 1)[0] or text[:TITLE_CHARS]
+    return cut + "…"
+
+
+def _check_can_start_reply(*, conversation: Conversation) -> None:
+    user = conversation.owner
+    if selectors.conversation_is_streaming(conversation=conversation):
+        raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
+    if selectors.user_streaming_count(user=user) >= settings.CHAT_MAX_STREAMING_PER_USER:
+        raise RateLimited(
+            "You have too many replies being written at once. Wait for one to finish."
+        )
+
+
+def _check_message_rate(*, user) -> None:
+    since = timezone.now() - datetime.timedelta(minutes=1)
+    if selectors.user_messages_since(user=user, since=since) >= settings.CHAT_MESSAGES_PER_MINUTE:
+        raise RateLimited("You are sending messages too fast. Wait a minute and try again.")
+
+
+def _reply_create(*, conversation: Conversation, question: Message) -> Message:
+    return Message.objects.create(
+        conversation=conversation,
+        role=Message.Role.ASSISTANT,
+        status=Message.Status.STREAMING,
+        reply_to=question,
+        model=conversation.model or settings.INFERENCE_MODEL,
+    )
+
+
+def message_send(*, conversation: Conversation, content: str) -> SentMessage:
+    with transaction.atomic():
+        # Lock the conversation so two sends cannot both pass the streaming check.
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        _check_can_start_reply(conversation=conversation)
+        _check_message_rate(user=conversation.owner)
+        question = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, content=content
+        )
+        reply = _reply_create(conversation=conversation, question=question)
+        if not conversation.title:
+            conversation.title = title_from(content)
+        conversation.save(update_fields=["title", "updated_at"])
+    return SentMessage(user_message=question, assistant_message=reply)
+
+
+def reply_regenerate(*, reply: Message) -> Message:
+    if reply.role != Message.Role.ASSISTANT or reply.reply_to_id is None:
+        raise ServiceError("Only a reply of the assistant can be regenerated.")
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=reply.conversation_id)
+        _check_can_start_reply(conversation=conversation)
+        reply.conversation.messages.filter(
+            reply_to_id=reply.reply_to_id, role=Message.Role.ASSISTANT
+        ).update(superseded=True)
+        new_reply = _reply_create(conversation=conversation, question=reply.reply_to)
+        conversation.save(update_fields=["updated_at"])
+    return new_reply
+
+
+def message_edit(*, message: Message, content: str) -> SentMessage:
+    """Replace the last question and its replies with a new question, and answer it."""
+    if message.role != Message.Role.USER:
+        raise ServiceError("Only your own messages can be edited.")
+    conversation = message.conversation
+    with transaction.atomic():
+        Conversation.objects.select_for_update().get(pk=conversation.pk)
+        later = selectors.conversation_messages(conversation=conversation).filter(
+            role=Message.Role.USER, created_at__gt=message.created_at
+        )
+        if later.exists():
+            raise ServiceError("Only the last message can be edited.")
+        _check_can_start_reply(conversation=conversation)
+        conversation.messages.filter(pk=message.pk).update(superseded=True)
+        conversation.messages.filter(reply_to=message).update(superseded=True)
+        return message_send(conversation=conversation, content=content)
+
+
+def reply_flush(*, contents: dict[uuid.UUID, tuple[str, int]], alive: list[uuid.UUID]) -> None:
+    """Save streamed text of many replies in one transaction, and mark their relays alive."""
+    now = timezone.now()
+    with transaction.atomic():
+        for message_id, (content, next_seq) in contents.items():
+            Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
+                content=content, next_seq=next_seq, updated_at=now
+            )
+        idle = [message_id for message_id in alive if message_id not in contents]
+        if idle:
+            Message.objects.filter(pk__in=idle, status=Message.Status.STREAMING).update(
+                updated_at=now
+            )
+
+
+def reply_finish(*, message_id: uuid.UUID, fields: dict) -> None:
+    Message.objects.filter(pk=message_id).update(updated_at=timezone.now(), **fields)
+
+
+def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Message]:
+    """Replies left `streaming` by a site process that died: their relay stopped writing."""
+    cutoff = timezone.now() - datetime.timedelta(seconds=stale_after)
+    with transaction.atomic():
+        orphans = list(
+            Message.objects.select_for_update()
+            .filter(status=Message.Status.STREAMING, updated_at__lt=cutoff)
+            .exclude(pk__in=exclude)
+        )
+        for message in orphans:
+            message.status = Message.Status.INTERRUPTED
+            message.error = "The site restarted while this reply was being written."
+            message.retryable = True
+            message.save(update_fields=["status", "error", "retryable", "updated_at"])
+    return orphans

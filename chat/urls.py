@@ -1,0 +1,36 @@
+from django.urls import path
+
+from chat import api, views
+
+app_name = "chat"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("c/<uuid:conversation_id>/", views.conversation_page, name="conversation"),
+    path("api/conversations/", api.conversations, name="api-conversations"),
+    path(
+        "api/conversations/<uuid:conversation_id>/",
+        api.conversation_detail,
+        name="api-conversation",
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/messages/",
+        api.conversation_messages,
+        name="api-conversation-messages",
+    ),
+    path("api/messages/<uuid:message_id>/", api.message_detail, name="api-message"),
+    path("api/messages/<uuid:message_id>/stop/", api.message_stop, name="api-message-stop"),
+    path(
+        "api/messages/<uuid:message_id>/regenerate/",
+        api.message_regenerate,
+        name="api-message-regenerate",
+    ),
+    path("api/messages/<uuid:message_id>/edit/", api.message_edit, name="api-message-edit"),
+    path("api/models/", api.models, name="api-models"),
+    path(
+        "events/conversations/<uuid:conversation_id>/",
+        views.conversation_events,
+        name="events",
+    ),
+    path("metrics", views.metrics, name="metrics"),
+]

@@ -1,0 +1,72 @@
+"""Pages, the event stream gate and the site's /metrics."""
+
+import uuid
+
+from django.conf import settings
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+from django_eventstream.views import events
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from chat import selectors
+from chat.models import Conversation
+from chat.presenters import conversation_json, message_json
+from chat.relay_metrics import METRICS, REGISTRY
+
+
+@login_required
+def home(request):
+    return render(request, "chat/chat.html", {"initial": None})
+
+
+@login_required
+def conversation_page(request, conversation_id: uuid.UUID):
+    try:
+        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    except Conversation.DoesNotExist:
+        raise Http404("No such conversation.") from None
+    messages = selectors.conversation_messages(conversation=conversation)
+    initial = conversation_json(conversation)
+    initial["messages"] = [message_json(m) for m in messages]
+    return render(request, "chat/chat.html", {"initial": initial, "conversation": conversation})
+
+
+@require_http_methods(["GET", "POST"])
+def signup(request):
+    if not settings.SIGNUP_ENABLED:
+        raise Http404("Sign-up is turned off on this site.")
+    if request.user.is_authenticated:
+        return redirect("chat:home")
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect("chat:home")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+def conversation_events(request, conversation_id: uuid.UUID, **kwargs):
+    """Refuse before streaming: EventSource gives up on a 404 instead of retrying forever."""
+    if not request.user.is_authenticated:
+        return HttpResponse("Sign in first.\n", status=403, content_type="text/plain")
+    if not selectors.conversation_readable_by(user=request.user, conversation_id=conversation_id):
+        return HttpResponse("No such conversation.\n", status=404, content_type="text/plain")
+    if request.headers.get("Last-Event-ID") or request.GET.get("lastEventId"):
+        METRICS.reconnects.inc()
+    return events(request, conversation_id=conversation_id, **kwargs)
+
+
+def metrics(request):
+    """Not public: staff signed in, or a bearer token from METRICS_TOKEN for scrapers."""
+    token = settings.METRICS_TOKEN
+    bearer = request.headers.get("Authorization", "")
+    allowed = (request.user.is_authenticated and request.user.is_staff) or (
+        token and bearer == f"Bearer {token}"
+    )
+    if not allowed:
+        return HttpResponse("Forbidden.\n", status=403, content_type="text/plain")
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,294 @@
+"""Engines: what the HTTP app talks to. ``create_engine`` picks one from ``Settings.engine``.
+
+Both engines share the same scheduler, queue, back-pressure and cancellation path; they differ
+only in their Backend (how tokens are produced) and how a chat becomes prompt tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from inference.model_store import prepare_model  # re-exported for operator commands
+from inference.scheduler import (
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    QueueFull,
+    SamplingParams,
+    Scheduler,
+    Sequence,
+)
+from inference.settings import Settings
+
+__all__ = ["Engine", "FakeEngine", "TransformersEngine", "create_engine", "prepare_model"]
+log = logging.getLogger("inference.engine")
+
+
+class NotReady(Exception):
+    """The model is still loading or warming up."""
+
+
+class ContextLengthExceeded(ValueError):
+    """The prompt does not leave room for a single new token."""
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+class Generation:
+    """One submitted request: iterate it for events; leaving early cancels it."""
+
+    def __init__(self, engine: Engine, seq: Sequence) -> None:
+        self._engine = engine
+        self._seq = seq
+        self.request_id = seq.request_id
+        self.prompt_tokens = len(seq.prompt_ids)
+        self.max_tokens = seq.params.max_tokens
+        self.created = time.monotonic()
+        self.finished = False
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        try:
+            while True:
+                ev = await self._seq.queue.get()
+                yield ev
+                if isinstance(ev, FinishEvent | ErrorEvent):
+                    self.finished = True
+                    return
+        finally:
+            await self.aclose()
+            self._engine._forget(self.request_id)
+
+    async def aclose(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._engine.cancel(self.request_id)
+
+    async def __aenter__(self) -> Generation:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Engine:
+    """Base engine: subclasses provide `_load` (blocking), `_backend`, `_encode`, `_detokenizer`."""
+
+    model_name: str = "model"
+    context_length: int = 4096
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.scheduler: Scheduler | None = None
+        self._seqs: dict[str, Sequence] = {}
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.load_error: str | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def start(self) -> None:
+        """Returns at once; loading and warm-up run in the background (see /ready)."""
+        self._task = asyncio.create_task(self._boot())
+
+    async def _boot(self) -> None:
+        try:
+            await asyncio.to_thread(self._load)
+            self.scheduler = Scheduler(self._backend(), self.settings.max_batch, self.settings.max_queue)
+            self.scheduler.start(asyncio.get_running_loop())
+            await self._warm_up()
+            self._ready.set()
+            log.info("engine ready: %s", self.model_name)
+        except Exception as exc:  # noqa: BLE001 - surfaced by /ready and the logs
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.exception("engine failed to start")
+
+    async def _warm_up(self) -> None:
+        """One short generation through the whole path, so the first user pays no warm-up."""
+        gen = self._submit([Message("user", "Hello")], SamplingParams(max_tokens=2, temperature=0))
+        async for _ in gen:
+            pass
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self.scheduler is not None:
+            await asyncio.to_thread(self.scheduler.stop)
+        self._ready.clear()
+
+    # --- requests -----------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return self.scheduler.running if self.scheduler else 0
+
+    @property
+    def waiting(self) -> int:
+        return self.scheduler.waiting if self.scheduler else 0
+
+    def submit(self, messages: list[Message], params: SamplingParams) -> Generation:
+        """Queues a generation. Raises NotReady, QueueFull or ContextLengthExceeded."""
+        if not self.ready:
+            raise NotReady(self.load_error or "model is loading")
+        return self._submit(messages, params)
+
+    def _submit(self, messages: list[Message], params: SamplingParams) -> Generation:
+        assert self.scheduler is not None
+        prompt_ids, payload = self._encode(messages)
+        room = self.context_length - len(prompt_ids)
+        if room < 1:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {self.context_length} tokens; "
+                f"the messages use {len(prompt_ids)} tokens."
+            )
+        params = SamplingParams(
+            max_tokens=min(params.max_tokens, room),  # clamp: prompt + max_tokens <= context
+            temperature=params.temperature,
+            top_p=params.top_p,
+            seed=params.seed,
+            stop=params.stop,
+        )
+        seq = Sequence(prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload)
+        self.scheduler.submit(seq)
+        self._seqs[seq.request_id] = seq
+        return Generation(self, seq)
+
+    def cancel(self, request_id: str) -> bool:
+        """Frees a request's slot (waiting: now; running: at the next decode step)."""
+        seq = self._seqs.pop(request_id, None)
+        if seq is None or self.scheduler is None:
+            return False
+        if not seq.done:
+            self.scheduler.cancel(seq)
+        return True
+
+    def _forget(self, request_id: str) -> None:
+        self._seqs.pop(request_id, None)
+
+    # --- subclass hooks -----------------------------------------------------------------
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def _backend(self) -> Any:
+        raise NotImplementedError
+
+    def _encode(self, messages: list[Message]) -> tuple[list[int], Any]:
+        raise NotImplementedError
+
+    def _detokenizer(self, payload: Any) -> Any:
+        raise NotImplementedError
+
+
+# --- the fake engine ------------------------------------------------------------------------
+WORD = re.compile(r"\s*\S+")
+
+
+class _WordDetokenizer:
+    def __init__(self, words: list[str]) -> None:
+        self._words = words
+
+    def push(self, token_id: int) -> str:
+        return self._words[token_id]
+
+    def flush(self) -> str:
+        return ""
+
+
+class FakeBackend:
+    """Token i of a sequence is word i of its last user message; then end of sequence."""
+
+    EOS = -1
+
+    def __init__(self, tokens_per_second: float) -> None:
+        self._interval = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
+        self._next_step = 0.0
+
+    def _pace(self) -> None:
+        now = time.monotonic()
+        if self._interval and self._next_step > now:
+            time.sleep(self._next_step - now)
+        self._next_step = max(now, self._next_step) + self._interval
+
+    def _next(self, seq: Sequence) -> int:
+        i = len(seq.generated)
+        return i if i < len(seq.payload) else self.EOS
+
+    def prefill(self, seqs: list[Sequence]) -> list[int]:
+        self._pace()
+        return [self._next(s) for s in seqs]
+
+    def decode(self, seqs: list[Sequence]) -> list[int]:
+        self._pace()
+        return [self._next(s) for s in seqs]
+
+    def release(self, seqs: list[Sequence]) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def is_eos(self, token_id: int) -> bool:
+        return token_id == self.EOS
+
+
+class FakeEngine(Engine):
+    """No model: echoes the last user message word by word (see DESIGN.md, ENGINE=fake)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.model_name = settings.model_name or "fake"
+        self.context_length = settings.context_length or 4096
+
+    def _load(self) -> None:
+        pass
+
+    async def _warm_up(self) -> None:
+        pass  # nothing to warm: ready as soon as the scheduler runs
+
+    def _backend(self) -> FakeBackend:
+        return FakeBackend(self.settings.fake_tokens_per_second)
+
+    def _encode(self, messages: list[Message]) -> tuple[list[int], list[str]]:
+        prompt_words = sum(len(WORD.findall(m.content)) for m in messages)
+        last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        return list(range(prompt_words)), WORD.findall(last_user)
+
+    def _detokenizer(self, payload: list[str]) -> _WordDetokenizer:
+        return _WordDetokenizer(payload)
+
+
+def create_engine(settings: Settings) -> Engine:
+    if settings.engine == "fake":
+        return FakeEngine(settings)
+    from inference.hf_engine import TransformersEngine
+
+    return TransformersEngine(settings)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so importing the fake engine never pulls in torch/transformers.
+    if name == "TransformersEngine":
+        from inference.hf_engine import TransformersEngine
+
+        return TransformersEngine
+    raise AttributeError(name)
+
+
+ProgressFn = Callable[[str], None]

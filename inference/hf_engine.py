@@ -1,0 +1,175 @@
+"""The real engine: a transformers causal LM behind the continuous-batching scheduler.
+
+The batch keeps ONE DynamicCache for all running sequences, left-padded to a common length
+with an attention mask and per-sequence position ids. Joining sequences are prefilled
+together in their own cache, then concatenated into the batch (the shorter side padded on
+the left); leaving sequences are removed with an index select, and columns that became
+padding for everyone are trimmed. Each decode step is then one forward pass of shape
+[batch, 1], which costs little more than a single sequence on a bandwidth-bound CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import torch
+
+from inference.engine import Engine, Message
+from inference.hf_runtime import pick_device
+from inference.model_store import prepare_model, served_name, stderr_progress
+from inference.sampling import sample
+from inference.scheduler import Sequence
+from inference.settings import Settings
+from inference.textstream import IncrementalDetokenizer
+
+log = logging.getLogger("inference.hf_engine")
+
+
+def _pad_left(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
+    missing = length - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class BatchState:
+    """Rows of the running batch: the shared cache, its mask and each row's next position."""
+
+    def __init__(self) -> None:
+        self.rows: list[Sequence] = []
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None  # [B, T] 1 = real token
+        self.pos: torch.Tensor | None = None  # [B] position of the next token
+
+    def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
+        if not self.rows:
+            self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
+            return
+        assert self.mask is not None and self.pos is not None
+        length = max(self.mask.shape[1], mask.shape[1])
+        for old, new in zip(self.cache.layers, cache.layers, strict=True):
+            old.keys = torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)])
+            old.values = torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)])
+        self.mask = torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)])
+        self.pos = torch.cat([self.pos, pos])
+        self.rows.extend(seqs)
+
+    def leave(self, seqs: list[Sequence]) -> None:
+        gone = set(map(id, seqs))
+        keep = [i for i, s in enumerate(self.rows) if id(s) not in gone]
+        if len(keep) == len(self.rows):
+            return
+        if not keep:
+            self.reset()
+            return
+        assert self.mask is not None and self.pos is not None
+        idx = torch.tensor(keep, device=self.mask.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.mask, self.pos = self.mask[idx], self.pos[idx]
+        start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
+        self.mask = self.mask[:, start:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[idx, :, start:]
+            layer.values = layer.values[idx, :, start:]
+
+    def reset(self) -> None:
+        self.rows, self.cache, self.mask, self.pos = [], None, None, None
+
+
+class TransformersBackend:
+    def __init__(self, model: Any, eos_ids: set[int]) -> None:
+        self.model = model
+        self.device = model.device
+        self.eos_ids = eos_ids
+        self.batch = BatchState()
+
+    def is_eos(self, token_id: int) -> bool:
+        return token_id in self.eos_ids
+
+    @torch.inference_mode()
+    def prefill(self, seqs: list[Sequence]) -> list[int]:
+        from transformers import DynamicCache
+
+        length = max(len(s.prompt_ids) for s in seqs)
+        ids = torch.zeros((len(seqs), length), dtype=torch.long)
+        mask = torch.zeros((len(seqs), length), dtype=torch.long)
+        for row, s in enumerate(seqs):
+            ids[row, length - len(s.prompt_ids) :] = torch.tensor(s.prompt_ids)
+            mask[row, length - len(s.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        tokens = sample(out.logits[:, -1], seqs)
+        self.batch.join(seqs, out.past_key_values, mask, mask.sum(-1))
+        return tokens
+
+    @torch.inference_mode()
+    def decode(self, seqs: list[Sequence]) -> list[int]:
+        b = self.batch
+        assert b.rows == seqs and b.mask is not None and b.pos is not None
+        last = torch.tensor([[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device)
+        b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
+        out = self.model(
+            input_ids=last, attention_mask=b.mask, position_ids=b.pos[:, None],
+            past_key_values=b.cache, use_cache=True,
+        )
+        b.pos = b.pos + 1
+        return sample(out.logits[:, -1], seqs)
+
+    def release(self, seqs: list[Sequence]) -> None:
+        self.batch.leave(seqs)
+
+    def reset(self) -> None:
+        self.batch.reset()
+
+
+class TransformersEngine(Engine):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.model_name = served_name(settings)
+        self.context_length = settings.context_length or 2048
+        self.model: Any = None
+        self.tokenizer: Any = None
+
+    def _load(self) -> None:
+        loaded = prepare_model(self.settings, stderr_progress)
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        native = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        self.context_length = min(self.settings.context_length or native, native)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            ids.update(src if isinstance(src, list) else [src] if src is not None else [])
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")  # ChatML end of turn
+        if isinstance(end, int) and end != self.tokenizer.unk_token_id:
+            ids.add(end)
+        return ids
+
+    def _backend(self) -> TransformersBackend:
+        return TransformersBackend(self.model, self._eos_ids())
+
+    def _encode(self, messages: list[Message]) -> tuple[list[int], None]:
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids), None
+
+    def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self.tokenizer)
+
+    async def stop(self) -> None:
+        await super().stop()
+        await asyncio.sleep(0)
+
+
+__all__ = ["TransformersEngine", "TransformersBackend", "pick_device"]

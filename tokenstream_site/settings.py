@@ -1,0 +1,198 @@
+"""Settings for tokenstream. Every integration switches on only when its variable is set;
+the defaults serve one machine (SQLite, in-memory channel layer, local inference server)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TOKENSTREAM_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("TOKENSTREAM_DEV_SECRET", True):
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set in production.")
+    # A key generated per machine and kept under var/: never a production default in code.
+    from tokenstream_site.devsecret import dev_secret_key
+
+    SECRET_KEY = dev_secret_key(VAR_DIR)
+
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_eventstream",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tokenstream_site.urls"
+ASGI_APPLICATION = "tokenstream_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "chat.context_processors.site_flags",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the relay's flushes and page reads proceed side by side; the busy timeout
+    # rides out a brief lock instead of failing a flush.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# The event log behind django-eventstream: see chat/eventlog.py for why not DjangoModelStorage.
+EVENTSTREAM_STORAGE_CLASS = "chat.eventlog.MemoryEventStorage"
+EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.eventlog.ConversationChannelManager"
+EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE = env_bool("DJANGO_SECURE", not DEBUG and env_bool("DJANGO_HTTPS", False))
+if SECURE:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --- tokenstream ---
+SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference.http.HttpInferenceClient")
+INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
+INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
+INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")
+# Seconds: connecting, waiting for the first token, and silence between two chunks.
+INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
+INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)
+INFERENCE_READ_TIMEOUT = env_float("INFERENCE_READ_TIMEOUT", 30.0)
+# How long to keep retrying a busy (503) inference server before failing the reply.
+INFERENCE_BUSY_RETRY_SECONDS = env_float("INFERENCE_BUSY_RETRY_SECONDS", 20.0)
+# Tokens the model can see; the history is trimmed to fit it with room for the reply.
+INFERENCE_CONTEXT_TOKENS = env_int("INFERENCE_CONTEXT_TOKENS", 8192)
+FAKE_TOKENS_PER_SECOND = env_float("FAKE_TOKENS_PER_SECOND", 20.0)
+
+CHAT_MAX_MESSAGE_CHARS = env_int("CHAT_MAX_MESSAGE_CHARS", 32000)
+CHAT_MAX_SYSTEM_PROMPT_CHARS = env_int("CHAT_MAX_SYSTEM_PROMPT_CHARS", 8000)
+CHAT_MAX_TITLE_CHARS = 200
+CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
+CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
+CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)
+# The relay writes streamed text at least this often (seconds).
+RELAY_FLUSH_INTERVAL = env_float("RELAY_FLUSH_INTERVAL", 0.5)
+# A reply whose relay has not written for this long is taken to be orphaned.
+RELAY_STALE_AFTER = env_float("RELAY_STALE_AFTER", 15.0)
+# Put the inference server's production timestamp in token events (for bench/relay.py).
+RELAY_EVENT_TIMESTAMPS = env_bool("RELAY_EVENT_TIMESTAMPS", False)
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django_eventstream": {"level": "WARNING"}},
+}
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")

@@ -29,7 +29,9 @@ def parse_json_object(body: bytes) -> dict:
 
 
 def clean_text(value, *, name: str, max_chars: int, required: bool) -> str:
-    if value is None and not required:
+    if value is None:
+        if required:
+            raise InvalidInput(f"`{name}` is required.")
         return ""
     if not isinstance(value, str):
         raise InvalidInput(f"`{name}` must be a string.")

@@ -1,0 +1,144 @@
+"""Inference client backends: one contract, run against each implementation (the in-process
+fake, and httpx against a real `python -m inference`), then the HTTP client's failures."""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from chat.inference import ChatRequest, Delta, Finish, InferenceError
+from chat.inference.fake import FakeInferenceClient
+from chat.inference.http import HttpInferenceClient
+from tests.live import free_port
+from tests.scripted_server import ScriptedServer
+
+QUESTION = [{"role": "user", "content": "one two three four five"}]
+
+
+async def drain(client, request):
+    items = []
+    async with contextlib.aclosing(client.stream_chat(request)) as stream:
+        async for item in stream:
+            items.append(item)
+    return items
+
+
+@pytest.fixture(params=["fake", "http"])
+def backend(request, settings):
+    settings.FAKE_TOKENS_PER_SECOND = 200
+    if request.param == "fake":
+        return FakeInferenceClient()
+    server = request.getfixturevalue("fake_inference")
+    settings.INFERENCE_URLS = [server.url]
+    return HttpInferenceClient()
+
+
+class TestInferenceClientContract:
+    def test_streams_deltas_then_one_finish(self, backend):
+        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION)))
+        assert all(isinstance(i, Delta) for i in items[:-1])
+        assert isinstance(items[-1], Finish) and items[-1].reason == "stop"
+        assert "".join(i.text for i in items[:-1]) == "one two three four five"
+
+    def test_max_tokens_ends_with_length(self, backend):
+        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION, max_tokens=2)))
+        assert [i.text for i in items[:-1]] == ["one", " two"]
+        assert items[-1].reason == "length"
+        assert items[-1].usage["completion_tokens"] == 2
+
+    def test_lists_at_least_one_model_with_its_context(self, backend):
+        models = asyncio.run(backend.list_models())
+        assert models and models[0]["id"] and models[0]["context_length"] > 0
+
+    def test_closing_early_is_clean(self, backend):
+        async def first_only():
+            async with contextlib.aclosing(backend.stream_chat(ChatRequest(messages=QUESTION))) as s:
+                async for item in s:
+                    return item
+
+        assert asyncio.run(first_only()).text == "one"
+
+
+def http_client(settings, *urls, busy_seconds=0.5):
+    settings.INFERENCE_URLS = list(urls)
+    settings.INFERENCE_BUSY_RETRY_SECONDS = busy_seconds
+    settings.INFERENCE_FIRST_TOKEN_TIMEOUT = 1
+    settings.INFERENCE_READ_TIMEOUT = 1
+    return HttpInferenceClient()
+
+
+def failure_of(client) -> InferenceError:
+    with pytest.raises(InferenceError) as raised:
+        asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+    return raised.value
+
+
+def test_unreachable_server_is_a_retryable_error_saying_so(settings):
+    error = failure_of(http_client(settings, f"http://127.0.0.1:{free_port()}"))
+    assert (error.kind, error.retryable) == ("unavailable", True)
+    assert "cannot be reached" in error.message
+
+
+def test_busy_server_is_retried_then_reported_busy(settings):
+    with ScriptedServer(["503"] * 50) as server:
+        error = failure_of(http_client(settings, server.url, busy_seconds=1))
+    assert (error.kind, error.retryable) == ("busy", True)
+    assert server.requests >= 2, "a busy server is retried with backoff"
+
+
+def test_busy_server_that_frees_up_serves_the_reply(settings):
+    with ScriptedServer(["503", "503", "ok"]) as server:
+        items = asyncio.run(drain(http_client(settings, server.url, busy_seconds=5), ChatRequest(messages=QUESTION)))
+    assert "".join(i.text for i in items if isinstance(i, Delta)) == "Hello there friend"
+
+
+@pytest.mark.parametrize("status,kind,retryable", [("401", "auth", False), ("404", "model", False), ("400", "refused", False)])
+def test_client_errors_are_not_retryable(settings, status, kind, retryable):
+    with ScriptedServer([status]) as server:
+        error = failure_of(http_client(settings, server.url))
+    assert (error.kind, error.retryable) == (kind, retryable)
+
+
+def test_error_chunk_mid_stream_is_reported_with_its_message(settings):
+    with ScriptedServer(["error_chunk"]) as server:
+        error = failure_of(http_client(settings, server.url))
+    assert error.kind == "upstream" and "CUDA fell over" in error.message
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "stall"])
+def test_a_server_that_stops_sending_times_out_and_closes_the_connection(settings, behaviour):
+    with ScriptedServer([behaviour]) as server:
+        error = failure_of(http_client(settings, server.url))
+        for _ in range(50):
+            if server.open_streams == 0:
+                break
+            asyncio.run(asyncio.sleep(0.05))
+    assert error.kind == "timeout" and error.retryable
+
+
+def test_dropped_connection_mid_reply_is_reported(settings):
+    with ScriptedServer(["drop"]) as server:
+        error = failure_of(http_client(settings, server.url))
+    assert error.kind == "dropped" and "lost" in error.message
+
+
+def test_down_server_is_skipped_for_a_live_one_before_the_first_token(settings):
+    with ScriptedServer(["ok"]) as live:
+        client = http_client(settings, f"http://127.0.0.1:{free_port()}", live.url)
+        items = asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+    assert isinstance(items[-1], Finish)
+
+
+def test_busy_server_is_skipped_for_a_free_one(settings):
+    with ScriptedServer(["503"]) as busy, ScriptedServer(["ok"]) as free:
+        client = http_client(settings, busy.url, free.url)
+        items = asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+    assert isinstance(items[-1], Finish) and free.requests == 1
+
+
+def test_a_reply_that_breaks_after_its_first_token_is_not_retried_elsewhere(settings):
+    with ScriptedServer(["drop"]) as first, ScriptedServer(["ok"]) as second:
+        client = http_client(settings, first.url, second.url)
+        with pytest.raises(InferenceError):
+            asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+    assert second.requests == 0, "retrying after text was sent would duplicate it"

@@ -1,0 +1,43 @@
+"""The prompt sent for a reply: history, system prompt, trimming to the context."""
+
+import pytest
+
+from chat.prompt import build_request, estimate_tokens, trim_to_budget
+from tests.factories import make_conversation, make_message
+
+
+def turn(role, chars):
+    return {"role": role, "content": "x" * chars}
+
+
+def test_trim_keeps_system_prompt_and_newest_turns_within_budget():
+    messages = [turn("system", 30)] + [turn(r, 300) for r in ["user", "assistant"] * 5] + [turn("user", 30)]
+    kept = trim_to_budget(messages, budget=400)
+    assert kept[0]["role"] == "system"
+    assert kept[-1] == messages[-1]
+    assert sum(estimate_tokens(m["content"]) for m in kept) <= 400
+    assert kept[1]["role"] == "user"
+
+
+def test_trim_always_keeps_the_question_even_when_it_alone_is_too_long():
+    kept = trim_to_budget([turn("user", 10), turn("assistant", 10), turn("user", 9000)], budget=10)
+    assert kept == [turn("user", 9000)]
+
+
+@pytest.mark.django_db
+def test_request_carries_history_up_to_the_question_and_conversation_settings(settings):
+    settings.INFERENCE_CONTEXT_TOKENS = 4096
+    conversation = make_conversation(system_prompt="Be terse.", temperature=0.2, max_tokens=50)
+    q1 = make_message(conversation, content="first")
+    make_message(conversation, role="assistant", content="answer", reply_to=q1, status="complete")
+    make_message(conversation, role="assistant", content="hidden", reply_to=q1, superseded=True)
+    q2 = make_message(conversation, content="second")
+    reply = make_message(conversation, role="assistant", content="", reply_to=q2, status="streaming")
+    request = build_request(reply)
+    assert request.messages == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "answer"},
+        {"role": "user", "content": "second"},
+    ]
+    assert (request.temperature, request.max_tokens) == (0.2, 50)

@@ -77,6 +77,7 @@ class RelayManager:
         self.background = [
             _detached_task(loop, self._writer(), name="relay-writer"),
             _detached_task(loop, self._sweeper(), name="relay-sweeper"),
+            _detached_task(loop, _learn_default_model(), name="relay-default-model"),
         ]
 
     async def ashutdown(self) -> None:
@@ -273,6 +274,14 @@ class RelayManager:
                 "message.error",
                 message_error_data(message.id, message.error, message.retryable),
             )
+
+
+async def _learn_default_model() -> None:
+    """Ask the inference server its model once at start, not during the first reply."""
+    try:
+        await get_client().default_model()
+    except Exception:  # the server may be down now; the first reply asks again
+        logger.info("the inference server did not say its model yet", exc_info=True)
 
 
 def _detached_task(loop, coro, name=None) -> asyncio.Task:

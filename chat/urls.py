@@ -27,10 +27,5 @@ urlpatterns = [
     ),
     path("api/messages/<uuid:message_id>/edit/", api.message_edit, name="api-message-edit"),
     path("api/models/", api.models, name="api-models"),
-    path(
-        "events/conversations/<uuid:conversation_id>/",
-        views.conversation_events,
-        name="events",
-    ),
     path("metrics", views.metrics, name="metrics"),
 ]

@@ -9,13 +9,12 @@ from django.contrib.auth.forms import UserCreationForm
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
-from django_eventstream.views import events
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from chat import selectors
 from chat.models import Conversation
 from chat.presenters import conversation_json, message_json
-from chat.relay_metrics import METRICS, REGISTRY
+from chat.relay_metrics import REGISTRY
 
 
 @login_required
@@ -47,17 +46,6 @@ def signup(request):
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("chat:home")
     return render(request, "registration/signup.html", {"form": form})
-
-
-def conversation_events(request, conversation_id: uuid.UUID, **kwargs):
-    """Refuse before streaming: EventSource gives up on a 404 instead of retrying forever."""
-    if not request.user.is_authenticated:
-        return HttpResponse("Sign in first.\n", status=403, content_type="text/plain")
-    if not selectors.conversation_readable_by(user=request.user, conversation_id=conversation_id):
-        return HttpResponse("No such conversation.\n", status=404, content_type="text/plain")
-    if request.headers.get("Last-Event-ID") or request.GET.get("lastEventId"):
-        METRICS.reconnects.inc()
-    return events(request, conversation_id=conversation_id, **kwargs)
 
 
 def metrics(request):

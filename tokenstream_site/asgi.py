@@ -1,16 +1,20 @@
-"""ASGI entry point for daphne: Channels' protocol router around Django, and the relay
-manager started on the server's event loop before the first request is handled."""
+"""ASGI entry point for daphne: Channels' protocol router around Django. Event streams
+are served by chat.sse without Django's per-request thread; everything else by Django.
+The relay manager starts on the server's event loop before the first request."""
 
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
 django_application = get_asgi_application()
 
 from chat.relay import relay_manager  # noqa: E402
+from chat.sse import ConversationEvents  # noqa: E402
 
 
 class StartRelays:
@@ -24,4 +28,14 @@ class StartRelays:
         return await self.app(scope, receive, send)
 
 
-application = StartRelays(ProtocolTypeRouter({"http": django_application}))
+http = URLRouter(
+    [
+        path(
+            "events/conversations/<uuid:conversation_id>/",
+            AuthMiddlewareStack(ConversationEvents()),
+        ),
+        re_path(r"", django_application),
+    ]
+)
+
+application = StartRelays(ProtocolTypeRouter({"http": http}))

@@ -160,6 +160,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
+LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
 INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference.http.HttpInferenceClient")
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")

@@ -1,0 +1,114 @@
+"""Access and hardening: sign-in throttling, production settings, input parsers."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from hypothesis import given, settings as hsettings, strategies as st
+
+from chat.validation import InvalidInput, clean_number, message_content, parse_json_object
+from tests.factories import make_user
+from tests.live import ROOT
+
+PASSWORD = "pw-Long-enough-1"
+
+
+@pytest.fixture(autouse=True)
+def clear_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.mark.django_db
+def test_sign_in_is_throttled_after_repeated_wrong_passwords(settings):
+    settings.LOGIN_MAX_FAILURES = 3
+    make_user("alice")
+    client = Client()
+    for _ in range(3):
+        response = client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
+        assert response.status_code == 200
+    blocked = client.post("/accounts/login/", {"username": "alice", "password": PASSWORD})
+    assert blocked.status_code == 429
+    assert "Too many failed sign-ins" in blocked.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_other_users_can_still_sign_in_while_one_is_throttled(settings):
+    settings.LOGIN_MAX_FAILURES = 2
+    make_user("alice")
+    make_user("bob")
+    client = Client()
+    for _ in range(3):
+        client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
+    response = client.post("/accounts/login/", {"username": "bob", "password": PASSWORD})
+    assert response.status_code == 302
+
+
+@pytest.mark.django_db
+def test_signup_can_be_turned_off(settings):
+    settings.SIGNUP_ENABLED = False
+    assert Client().get("/accounts/signup/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_pages_need_sign_in():
+    response = Client().get("/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def production_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "PYTEST"))}
+    env.update(DJANGO_SECRET_KEY="x7!" + "k" * 60 + "Zq9#", DJANGO_HTTPS="1", DJANGO_DEBUG="0",
+               DJANGO_ALLOWED_HOSTS="chat.example.com", DJANGO_SETTINGS_MODULE="tokenstream_site.settings")
+    env.update(extra)
+    return env
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)), capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_production_cookies_are_secure_httponly_and_samesite(tmp_path):
+    code = ("import django; django.setup(); from django.conf import settings as s; import json; "
+            "print(json.dumps([s.SESSION_COOKIE_SECURE, s.SESSION_COOKIE_HTTPONLY, "
+            "s.SESSION_COOKIE_SAMESITE, s.CSRF_COOKIE_SECURE]))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)))
+    assert json.loads(result.stdout) == [True, True, "Lax", True], result.stderr
+
+
+@given(st.binary(max_size=300))
+@hsettings(max_examples=300, deadline=None)
+def test_any_body_parses_to_an_object_or_a_readable_error(body):
+    try:
+        assert isinstance(parse_json_object(body), dict)
+    except InvalidInput as exc:
+        assert exc.message.endswith(".")
+
+
+@given(st.text(min_size=1, max_size=500).filter(lambda t: t.strip() and "\x00" not in t))
+@hsettings(max_examples=200, deadline=None)
+def test_valid_message_text_is_accepted_unchanged(text):
+    body = json.dumps({"content": text}).encode()
+    assert message_content(parse_json_object(body)) == text
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.booleans(),
+                 st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=2)))
+@hsettings(max_examples=300, deadline=None)
+def test_numbers_are_accepted_only_when_finite_and_in_range(value):
+    try:
+        result = clean_number(value, name="temperature", low=0, high=2)
+    except InvalidInput:
+        return
+    assert result is None or (0 <= result <= 2 and not isinstance(value, bool))

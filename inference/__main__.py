@@ -4,6 +4,7 @@ flags override env vars (``--help`` lists them all)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import typing
 from typing import Any
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference.app import create_app
 
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it under the previous handler;
+    # this one turns that into a normal exit status 0 instead of "killed by SIGTERM".
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.run(
         create_app(settings),
         host=settings.host,

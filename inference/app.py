@@ -132,7 +132,7 @@ def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatComp
                        f"'{engine.model_name}'.", "not_found_error", "model_not_found")
     limit = body.token_limit() or engine.context_length
     params = SamplingParams(max_tokens=limit, temperature=body.temperature, top_p=body.top_p,
-                            seed=body.seed, stop=tuple(body.stop or ()))
+                            seed=body.seed, stop=tuple(body.stop or ()), ignore_eos=body.ignore_eos)
     messages = [Message(m.role, m.text()) for m in body.messages]
     retry = {"Retry-After": str(settings.retry_after_seconds)}
     try:

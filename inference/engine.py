@@ -7,10 +7,11 @@ only in their Backend (how tokens are produced) and how a chat becomes prompt to
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,10 @@ from inference.scheduler import (
 )
 from inference.settings import Settings
 
-__all__ = ["Engine", "FakeEngine", "TransformersEngine", "create_engine", "prepare_model"]
+__all__ = [
+    "ContextLengthExceeded", "Engine", "FakeEngine", "Generation", "NotReady", "QueueFull",
+    "TransformersEngine", "create_engine", "prepare_model",
+]
 log = logging.getLogger("inference.engine")
 
 
@@ -120,12 +124,18 @@ class Engine:
 
     async def _warm_up(self) -> None:
         """One short generation through the whole path, so the first user pays no warm-up."""
-        gen = self._submit([Message("user", "Hello")], SamplingParams(max_tokens=2, temperature=0))
+        prompt_ids, payload = self._encode([Message("user", "Hello")])
+        prompt_ids = prompt_ids[: max(1, self.context_length - 2)]  # even under a tiny CONTEXT_LENGTH
+        gen = self._enqueue(prompt_ids, payload, SamplingParams(max_tokens=2, temperature=0))
         async for _ in gen:
             pass
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        await asyncio.wait_for(self._ready.wait(), timeout)
+        """Waits until ready; raises RuntimeError at once if loading failed."""
+        assert self._task is not None, "start() first"
+        await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        if not self.ready:
+            raise RuntimeError(self.load_error or "engine did not become ready")
 
     async def stop(self) -> None:
         if self._task is not None and not self._task.done():
@@ -150,21 +160,19 @@ class Engine:
         return self._submit(messages, params)
 
     def _submit(self, messages: list[Message], params: SamplingParams) -> Generation:
-        assert self.scheduler is not None
         prompt_ids, payload = self._encode(messages)
+        return self._enqueue(prompt_ids, payload, params)
+
+    def _enqueue(self, prompt_ids: list[int], payload: Any, params: SamplingParams) -> Generation:
+        assert self.scheduler is not None
         room = self.context_length - len(prompt_ids)
         if room < 1:
             raise ContextLengthExceeded(
                 f"This model's maximum context length is {self.context_length} tokens; "
                 f"the messages use {len(prompt_ids)} tokens."
             )
-        params = SamplingParams(
-            max_tokens=min(params.max_tokens, room),  # clamp: prompt + max_tokens <= context
-            temperature=params.temperature,
-            top_p=params.top_p,
-            seed=params.seed,
-            stop=params.stop,
-        )
+        # clamp: prompt + max_tokens <= context
+        params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
         seq = Sequence(prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload)
         self.scheduler.submit(seq)
         self._seqs[seq.request_id] = seq
@@ -290,5 +298,3 @@ def __getattr__(name: str) -> Any:
         return TransformersEngine
     raise AttributeError(name)
 
-
-ProgressFn = Callable[[str], None]

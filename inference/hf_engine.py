@@ -10,7 +10,6 @@ padding for everyone are trimmed. Each decode step is then one forward pass of s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 
 from inference.engine import Engine, Message
 from inference.hf_runtime import pick_device
-from inference.model_store import prepare_model, served_name, stderr_progress
+from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
 from inference.sampling import sample
 from inference.scheduler import Sequence
 from inference.settings import Settings
@@ -132,15 +131,17 @@ class TransformersBackend:
 
 
 class TransformersEngine(Engine):
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, loaded: LoadedModel | None = None) -> None:
+        """`loaded`: an already prepared model to share (tests, benchmarks); else MODEL is loaded."""
         super().__init__(settings)
         self.model_name = served_name(settings)
         self.context_length = settings.context_length or 2048
         self.model: Any = None
         self.tokenizer: Any = None
+        self._preloaded = loaded
 
     def _load(self) -> None:
-        loaded = prepare_model(self.settings, stderr_progress)
+        loaded = self._preloaded or prepare_model(self.settings, stderr_progress)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         native = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.context_length = min(self.settings.context_length or native, native)
@@ -166,10 +167,6 @@ class TransformersEngine(Engine):
 
     def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer)
-
-    async def stop(self) -> None:
-        await super().stop()
-        await asyncio.sleep(0)
 
 
 __all__ = ["TransformersEngine", "TransformersBackend", "pick_device"]

@@ -41,6 +41,7 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     n: int = Field(1, ge=1, le=1)
     stream_options: StreamOptions | None = None
+    ignore_eos: bool = False  # vLLM extension: keep generating past end-of-sequence
 
     @field_validator("stop", mode="after")
     @classmethod

@@ -1,0 +1,77 @@
+"""Small factories for the chat tests, and a live fake inference server for the commands."""
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from chat.inference import _client
+from tests import factories
+from tests.live import InferenceServer, free_port
+
+
+@pytest.fixture
+def make_user(db):
+    def make(username: str | None = None, *, staff: bool = False, perms: tuple[str, ...] = ()):
+        user = factories.make_user(username, is_staff=staff)
+        for codename in perms:
+            user.user_permissions.add(Permission.objects.get(codename=codename))
+        return user
+
+    return make
+
+
+@pytest.fixture
+def reviewer(make_user):
+    """Staff who may read every transcript (chat.view_conversation), not a superuser."""
+    return make_user("reviewer", staff=True, perms=("view_conversation",))
+
+
+@pytest.fixture
+def make_conversation(db):
+    return factories.make_conversation
+
+
+@pytest.fixture
+def make_message(db):
+    def make(conversation, content: str = "hello", *, role: str = "user", **fields):
+        return factories.make_message(conversation, role=role, content=content, **fields)
+
+    return make
+
+
+@pytest.fixture
+def fresh_inference_client():
+    """get_client() caches a client built from settings.INFERENCE_URLS: rebuild it around
+    a test that changes them."""
+    _client.cache_clear()
+    yield
+    _client.cache_clear()
+
+
+@pytest.fixture
+def stopped_inference_url(settings, fresh_inference_client):
+    """INFERENCE_URLS pointing at a port where nothing listens."""
+    url = f"http://127.0.0.1:{free_port()}"
+    settings.INFERENCE_CLIENT = "chat.inference.http.HttpInferenceClient"
+    settings.INFERENCE_URLS = [url]
+    return url
+
+
+@pytest.fixture(scope="session")
+def running_inference(tmp_path_factory):
+    """`python -m inference` with the fake engine; the tests that need it skip without it."""
+    server = InferenceServer(tmp_path_factory.mktemp("inference"), engine="fake",
+                             FAKE_TOKENS_PER_SECOND=200)
+    try:
+        server.start(timeout=60)
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        server.stop()
+        pytest.skip(f"the fake inference server did not start: {exc}\n{server.process.log_tail()}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live_inference_url(running_inference, settings, fresh_inference_client):
+    settings.INFERENCE_CLIENT = "chat.inference.http.HttpInferenceClient"
+    settings.INFERENCE_URLS = [running_inference.url]
+    return running_inference.url

@@ -17,6 +17,7 @@ from django_eventstream.eventrequest import EventRequest
 from django_eventstream.utils import parse_last_event_id
 from django_eventstream.views import Listener, stream
 
+from chat import delivery
 from chat.events import channel_for
 from chat.relay_metrics import METRICS
 from chat.selectors import conversation_readable_by
@@ -72,6 +73,10 @@ class ConversationEvents:
             return await plain_response(send, 400, "Invalid Last-Event-ID.\n")
         if last_ids:
             METRICS.reconnects.inc()
+        try:
+            await delivery.ready()
+        except TimeoutError:
+            return await plain_response(send, 503, "Event delivery is not available.\n")
         await self.stream(user, channel, last_ids, receive, send)
 
     async def stream(self, user, channel, last_ids, receive, send):
@@ -92,7 +97,10 @@ class ConversationEvents:
             for task in (pump, gone):
                 task.cancel()
             await asyncio.gather(pump, gone, return_exceptions=True)
-        if pump.done() and not pump.cancelled() and pump.exception() is None:
+        if pump.done() and not pump.cancelled():
+            if pump.exception() is not None:
+                logger.error("event stream of %s failed", channel, exc_info=pump.exception())
+            # End the response, so the browser reconnects instead of waiting forever.
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 

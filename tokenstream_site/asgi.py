@@ -13,6 +13,7 @@ from django.urls import path, re_path  # noqa: E402
 
 django_application = get_asgi_application()
 
+from chat import delivery  # noqa: E402
 from chat.relay import relay_manager  # noqa: E402
 from chat.sse import ConversationEvents  # noqa: E402
 
@@ -25,6 +26,7 @@ class StartRelays:
 
     async def __call__(self, scope, receive, send):
         relay_manager.ensure_started()
+        delivery.start(relay_manager.loop)
         return await self.app(scope, receive, send)
 
 

@@ -118,7 +118,13 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # The event log behind django-eventstream: see chat/eventlog.py for why not DjangoModelStorage.
+# With Redis, every site process shares one log and receives every event (EVENTSTREAM_REDIS).
 EVENTSTREAM_STORAGE_CLASS = "chat.eventlog.MemoryEventStorage"
+if REDIS_URL:
+    import redis.connection
+
+    EVENTSTREAM_STORAGE_CLASS = "chat.eventlog_redis.RedisEventStorage"
+    EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
 EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.eventlog.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
 

@@ -1,4 +1,8 @@
-"""The in-memory event log that django-eventstream reads replays from."""
+"""The event logs django-eventstream replays from: one contract, run against the in-memory
+log (one process) and the Redis log (several processes; skipped when Redis is absent)."""
+
+import json
+import uuid
 
 import pytest
 from django_eventstream.storage import EventDoesNotExist
@@ -6,57 +10,83 @@ from django_eventstream.storage import EventDoesNotExist
 from chat import eventlog
 from chat.eventlog import MemoryEventStorage
 
+REDIS_URL = "redis://127.0.0.1:6379/5"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def storage(request, settings):
+    settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL = 100
+    if request.param == "memory":
+        eventlog._channels.clear()
+        return MemoryEventStorage()
+    redis = pytest.importorskip("redis")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
+    settings.REDIS_URL = REDIS_URL
+    from chat.eventlog_redis import RedisEventStorage
+
+    return RedisEventStorage()
+
 
 @pytest.fixture
-def storage(settings):
-    settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL = 100
-    eventlog._channels.clear()
-    return MemoryEventStorage()
+def name():
+    """Channel names of this test alone: the Redis log outlives the test."""
+    prefix = uuid.uuid4().hex
+    return lambda short: f"{prefix}-{short}"
 
 
-def test_ids_increase_by_one_from_the_current_id(storage):
-    start = storage.get_current_id("c")
-    ids = [storage.append_event("c", "token", {"i": i}).id for i in range(5)]
+def test_ids_increase_by_one_from_the_current_id(storage, name):
+    c = name("c")
+    start = storage.get_current_id(c)
+    ids = [storage.append_event(c, "token", json.dumps({"i": i})).id for i in range(5)]
     assert ids == list(range(start + 1, start + 6))
-    assert storage.get_current_id("c") == ids[-1]
+    assert storage.get_current_id(c) == ids[-1]
 
 
-def test_get_events_returns_exactly_what_came_after_the_id(storage):
-    start = storage.get_current_id("c")
-    events = [storage.append_event("c", "token", {"i": i}) for i in range(10)]
-    missed = storage.get_events("c", events[3].id, limit=100)
-    assert [e.data["i"] for e in missed] == [4, 5, 6, 7, 8, 9]
-    assert storage.get_events("c", events[-1].id) == []
-    assert [e.data["i"] for e in storage.get_events("c", start, limit=3)] == [0, 1, 2]
+def test_get_events_returns_exactly_what_came_after_the_id(storage, name):
+    c = name("c")
+    start = storage.get_current_id(c)
+    events = [storage.append_event(c, "token", json.dumps({"i": i})) for i in range(10)]
+    missed = storage.get_events(c, events[3].id, limit=100)
+    assert [json.loads(e.data)["i"] for e in missed] == [4, 5, 6, 7, 8, 9]
+    assert storage.get_events(c, events[-1].id) == []
+    assert [json.loads(e.data)["i"] for e in storage.get_events(c, start, limit=3)] == [0, 1, 2]
 
 
-def test_an_id_from_before_a_restart_is_unknown_and_not_mistaken_for_a_new_one(storage):
-    storage.append_event("c", "token", {})
-    old_id = storage.get_current_id("c")
+def test_an_id_from_before_a_restart_is_unknown_and_not_mistaken_for_a_new_one(settings):
+    storage = MemoryEventStorage()
+    c = "c"
+    storage.append_event(c, "token", json.dumps({}))
+    old_id = storage.get_current_id(c)
     eventlog._channels.clear()  # what a restart does to memory
-    storage.append_event("c", "token", {})
+    storage.append_event(c, "token", json.dumps({}))
     with pytest.raises(EventDoesNotExist):
-        storage.get_events("c", old_id)
+        storage.get_events(c, old_id)
 
 
-def test_a_trimmed_id_is_unknown_but_recent_ones_replay(storage):
-    first = storage.append_event("c", "token", {"i": 0})
+def test_a_trimmed_id_is_unknown_but_recent_ones_replay(storage, name):
+    c = name("c")
+    first = storage.append_event(c, "token", json.dumps({"i": 0}))
     for i in range(1, 200):
-        last = storage.append_event("c", "token", {"i": i})
+        last = storage.append_event(c, "token", json.dumps({"i": i}))
     with pytest.raises(EventDoesNotExist) as raised:
-        storage.get_events("c", first.id)
+        storage.get_events(c, first.id)
     assert raised.value.current_id == last.id
-    assert [e.data["i"] for e in storage.get_events("c", last.id - 2)] == [198, 199]
+    assert [json.loads(e.data)["i"] for e in storage.get_events(c, last.id - 2)] == [198, 199]
 
 
-def test_channels_are_independent(storage):
-    a = storage.append_event("a", "token", {"ch": "a"})
-    storage.append_event("b", "token", {"ch": "b"})
-    assert storage.get_events("a", a.id) == []
+def test_channels_are_independent(storage, name):
+    a = storage.append_event(name("a"), "token", json.dumps({"ch": "a"}))
+    storage.append_event(name("b"), "token", json.dumps({"ch": "b"}))
+    assert storage.get_events(name("a"), a.id) == []
 
 
-def test_idle_channels_are_forgotten(storage):
-    storage.append_event("idle", "token", {})
+def test_idle_channels_are_forgotten():
+    eventlog._channels.clear()
+    storage = MemoryEventStorage()
+    storage.append_event("idle", "token", json.dumps({}))
     assert eventlog.forget_idle_channels(-1) == 1
     assert "idle" not in eventlog._channels
 

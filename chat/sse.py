@@ -2,9 +2,11 @@
 
 django-eventstream's view runs inside Django's ASGI handler, which gives every request its
 own thread for sync code and keeps it until the response ends: one idle OS thread per open
-event stream (measured: 200 streams, 202 threads). Here the same django-eventstream machinery
-(its storage, listener manager and `stream()` generator) is driven from an ASGI app, so an
-idle stream costs a coroutine, not a thread. Its few sync calls go to a shared thread.
+event stream (measured: 200 streams, 202 threads). Its stream loop also replays events twice
+when new ones arrive while it reads the log (it re-reads from the ids it started with). This
+module keeps django-eventstream's storage, listener manager and wire format, and drives them
+from a coroutine per stream that tracks the last id it sent: never a duplicate, and a gap
+(an event it was not told about) sends it back to the log, where nothing is missing.
 """
 
 import asyncio
@@ -12,10 +14,17 @@ import contextlib
 import logging
 from urllib.parse import parse_qs, unquote
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django_eventstream.eventrequest import EventRequest
-from django_eventstream.utils import parse_last_event_id
-from django_eventstream.views import Listener, stream
+from django.conf import settings
+from django_eventstream.storage import EventDoesNotExist
+from django_eventstream.utils import (
+    get_storage,
+    make_id,
+    parse_last_event_id,
+    sse_encode_event,
+)
+from django_eventstream.views import Listener, get_listener_manager
 
 from chat import delivery
 from chat.events import channel_for
@@ -24,11 +33,14 @@ from chat.selectors import conversation_readable_by
 
 logger = logging.getLogger(__name__)
 
+KEEP_ALIVE_SECONDS = 20
+READ_BATCH = 500
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+OPENING = ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n"
 
 
 async def plain_response(send, status: int, text: str) -> None:
@@ -37,8 +49,8 @@ async def plain_response(send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": text.encode()})
 
 
-def last_event_ids(scope, channel: str) -> dict:
-    """The ids to resume from: the Last-Event-ID header, or ?lastEventId= (for clients
+def last_event_id(scope, channel: str) -> int | None:
+    """The id to resume after: the Last-Event-ID header, or ?lastEventId= (for clients
     that cannot set headers)."""
     headers = dict(scope.get("headers") or [])
     raw = headers.get(b"last-event-id", b"").decode("latin-1")
@@ -46,11 +58,9 @@ def last_event_ids(scope, channel: str) -> dict:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         raw = next((v for v in reversed(query.get("lastEventId", [])) if v), "")
     if not raw:
-        return {}
-    if raw == "error":
-        raise ValueError("Can't resume after stream-error")
+        return None
     parsed = {unquote(name): value for name, value in parse_last_event_id(raw).items()}
-    return {channel: parsed[channel]} if channel in parsed else {}
+    return int(parsed[channel]) if channel in parsed else None
 
 
 class ConversationEvents:
@@ -68,28 +78,18 @@ class ConversationEvents:
             return await plain_response(send, 404, "No such conversation.\n")
         channel = channel_for(conversation_id)
         try:
-            last_ids = last_event_ids(scope, channel)
+            resume_after = last_event_id(scope, channel)
         except (ValueError, KeyError):
             return await plain_response(send, 400, "Invalid Last-Event-ID.\n")
-        if last_ids:
+        if resume_after is not None:
             METRICS.reconnects.inc()
         try:
             await delivery.ready()
         except TimeoutError:
             return await plain_response(send, 503, "Event delivery is not available.\n")
-        await self.stream(user, channel, last_ids, receive, send)
-
-    async def stream(self, user, channel, last_ids, receive, send):
-        request = EventRequest()
-        request.channels = {channel}
-        request.channel_last_ids = last_ids
-        request.is_next = False
-        request.user = user
-        listener = Listener()
-        listener.user_id = user.pk
-        listener.channels = request.channels
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        pump = asyncio.ensure_future(self.pump(stream(request, listener), send))
+        events = ChannelStream(channel, user.pk, resume_after).bodies()
+        pump = asyncio.ensure_future(forward(events, send))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -104,12 +104,114 @@ class ConversationEvents:
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def pump(self, events, send) -> None:
+
+class ChannelStream:
+    """One subscriber of one channel: catch up from the log, then follow live events."""
+
+    def __init__(self, channel: str, user_id, resume_after: int | None):
+        self.channel = channel
+        self.last_id = resume_after
+        self.storage = get_storage()
+        self.listener = Listener()
+        self.listener.user_id = user_id
+        self.listener.channels = {channel}
+        # The in-memory log answers in microseconds; Redis is a network round trip.
+        self.local = not hasattr(settings, "EVENTSTREAM_REDIS")
+
+    async def _storage(self, method, *args, **kwargs):
+        call = getattr(self.storage, method)
+        if self.local:
+            return call(*args, **kwargs)
+        return await sync_to_async(call, thread_sensitive=False)(*args, **kwargs)
+
+    def _encode(self, event) -> str:
+        self.last_id = int(event.id)
+        return sse_encode_event(event.type, event.data, event_id=self._id())
+
+    def _id(self) -> str:
+        return make_id({self.channel: self.last_id})
+
+    async def bodies(self):
+        manager = get_listener_manager()
+        self.listener.assign_loop()
+        manager.add_listener(self.listener)
         try:
-            async for body in events:
-                await send({"type": "http.response.body", "body": body.encode(), "more_body": True})
+            yield OPENING
+            while True:
+                async for body in self._catch_up(manager):
+                    yield body
+                async for body in self._follow(manager):
+                    yield body
         finally:
-            await events.aclose()
+            self.listener.aevent.set()
+            manager.remove_listener(self.listener)
+
+    async def _catch_up(self, manager):
+        """Everything after last_id from the log; then drop what was queued meanwhile
+        (it is in the log too, and the next read or _follow's id check covers it)."""
+        while True:
+            if self.last_id is None:
+                self.last_id = await self._storage("get_current_id", self.channel)
+                events = []
+            else:
+                try:
+                    events = await self._storage(
+                        "get_events", self.channel, self.last_id, limit=READ_BATCH
+                    )
+                except EventDoesNotExist as exc:
+                    self.last_id = int(exc.current_id)
+                    yield sse_encode_event(
+                        "stream-reset", {"channels": [self.channel]},
+                        event_id=self._id(), json_encode=True,
+                    )
+                    continue
+            if events:
+                yield "".join(self._encode(event) for event in events)
+            if len(events) >= READ_BATCH:
+                continue
+            with manager.lock:
+                queued = bool(self.listener.channel_items) or self.listener.overflow
+                self.listener.aevent.clear()
+                self.listener.channel_items = {}
+                self.listener.overflow = False
+            if not queued:
+                return
+
+    async def _follow(self, manager):
+        """Live events as they are published; back to the log on overflow or a gap."""
+        while True:
+            try:
+                await asyncio.wait_for(self.listener.aevent.wait(), KEEP_ALIVE_SECONDS)
+            except TimeoutError:
+                yield "event: keep-alive\ndata:\n\n"
+                continue
+            with manager.lock:
+                items = self.listener.channel_items.get(self.channel, [])
+                overflow = self.listener.overflow
+                self.listener.aevent.clear()
+                self.listener.channel_items = {}
+                self.listener.overflow = False
+            body = []
+            for event in items:
+                event_id = int(event.id)
+                if event_id <= self.last_id:
+                    continue  # already sent from the log
+                if event_id != self.last_id + 1:
+                    overflow = True  # missed one: the log has it
+                    break
+                body.append(self._encode(event))
+            if body:
+                yield "".join(body)
+            if overflow:
+                return
+
+
+async def forward(bodies, send) -> None:
+    try:
+        async for body in bodies:
+            await send({"type": "http.response.body", "body": body.encode(), "more_body": True})
+    finally:
+        await bodies.aclose()
 
 
 async def wait_for_disconnect(receive) -> None:

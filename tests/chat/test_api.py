@@ -279,3 +279,14 @@ def test_too_many_streaming_replies_is_429(api, user, settings):
     response = post(api, f"/api/conversations/{other.id}/messages/", {"content": "hi"})
     assert response.status_code == 429
     assert "too many replies" in response.json()["error"]["message"]
+
+
+def test_refused_requests_log_nothing_of_another_users_text(api, caplog):
+    foreign = make_conversation(title="secret title")
+    foreign_message = make_message(foreign, content="secret words")
+    caplog.set_level("DEBUG")
+    post(api, f"/api/conversations/{foreign.id}/", method="get")
+    post(api, f"/api/conversations/{foreign.id}/messages/", {"content": "probe"})
+    post(api, f"/api/messages/{foreign_message.id}/edit/", {"content": "probe"})
+    post(api, f"/api/conversations/{foreign.id}/", raw="{not json", method="patch")
+    assert "secret" not in caplog.text

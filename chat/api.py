@@ -104,6 +104,7 @@ def message_detail(request, message_id: uuid.UUID):
 def message_stop(request, message_id: uuid.UUID):
     message = selectors.message_get(user=request.user, message_id=message_id)
     if message.status == Message.Status.STREAMING:
+        services.reply_request_stop(reply=message)
         relay_manager.request_stop(message.id)
     return JsonResponse({"message": message_json(message)}, status=202)
 

@@ -60,6 +60,8 @@ class Message(models.Model):
     # Replaced by a regenerated reply or an edited question: hidden from the chat and the
     # prompt, kept for the transcript.
     superseded = models.BooleanField(default=False)
+    # Set by Stop, for a relay that subscribes to its stop signal only after Stop was sent.
+    stop_requested = models.BooleanField(default=False)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)

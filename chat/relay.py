@@ -213,6 +213,8 @@ class RelayManager:
         channel = await layer.new_channel()
         await layer.group_add(stop_group(message_id), channel)
         try:
+            if await Message.objects.filter(pk=message_id, stop_requested=True).aexists():
+                return  # Stop came before we listened for it
             while (await layer.receive(channel)).get("type") != "relay.stop":
                 pass
         finally:

@@ -138,6 +138,10 @@ def message_edit(*, message: Message, content: str) -> SentMessage:
         return message_send(conversation=conversation, content=content)
 
 
+def reply_request_stop(*, reply: Message) -> None:
+    Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING).update(stop_requested=True)
+
+
 def reply_flush(*, contents: dict[uuid.UUID, tuple[str, int]], alive: list[uuid.UUID]) -> None:
     """Save streamed text of many replies in one transaction, and mark their relays alive."""
     now = timezone.now()

@@ -174,3 +174,17 @@ def test_inference_killed_mid_reply_gives_message_error_within_5s_and_keeps_text
     assert reply["status"] == "failed" and reply["retryable"]
     assert any(m["content"] == "anyone there" for m in
                client.api("GET", f"/api/conversations/{conversation['id']}/").json()["messages"])
+
+
+def test_stop_pressed_right_after_sending_still_stops_the_reply(make_site_user):
+    client = make_site_user()
+    conversation = client.new_conversation()
+    stream = client.events(conversation["id"])
+    try:
+        reply_id = client.send(conversation["id"], WORDS * 5)["assistant_message"]["id"]
+        assert client.api("POST", f"/api/messages/{reply_id}/stop/").status_code == 202
+        tokens, end = collect_reply(stream, reply_id)
+    finally:
+        stream.close()
+    assert end.json["finish_reason"] == "cancelled"
+    assert len(tokens) < 20

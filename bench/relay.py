@@ -112,10 +112,13 @@ async def site_stream(client: httpx.AsyncClient, text: str, result: dict, ready:
                 if "produced_at" in token:
                     result["latency"].append(arrived - token["produced_at"])
             elif event == "message.end":
+                result["end"] = json.loads(data)
                 return
             elif event == "message.error":
                 result["errors"].append(json.loads(data)["error"])
                 return
+            elif event == "stream-reset":
+                result["errors"].append("stream-reset")
 
 
 async def direct_stream(client: httpx.AsyncClient, text: str, result: dict, ready: asyncio.Event,

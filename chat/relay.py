@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 SWEEP_INTERVAL = 5.0
 IDLE_CHANNEL_SECONDS = 3600.0
 FINAL_WRITE_ATTEMPTS = 30
+STOP_POLL_SECONDS = 1.0
+CLEANUP_SECONDS = 5.0
 
 
 def stop_group(message_id) -> str:
@@ -66,6 +68,12 @@ class RelayManager:
         self.unsaved: dict[uuid.UUID, Reply] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: list[asyncio.Task] = []
+        # One channel-layer channel per process receives every Stop for its relays: 200
+        # relays each blocked in their own receive meant 200 Redis BZPOPMIN connections,
+        # which timed out under load (measured) and could not be cancelled cleanly.
+        self.stop_channel: str | None = None
+        self.stop_events: dict[uuid.UUID, asyncio.Event] = {}
+        self.stop_channel_ready: asyncio.Event | None = None
 
     # --- lifecycle -------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -75,7 +83,10 @@ class RelayManager:
         self.loop = loop
         self.relays.clear()
         self.unsaved.clear()
+        self.stop_events.clear()
+        self.stop_channel_ready = asyncio.Event()
         self.background = [
+            _detached_task(loop, self._stop_receiver(), name="relay-stop-receiver"),
             _detached_task(loop, self._writer(), name="relay-writer"),
             _detached_task(loop, self._sweeper(), name="relay-sweeper"),
             _detached_task(loop, _learn_default_model(), name="relay-default-model"),
@@ -117,7 +128,9 @@ class RelayManager:
 
     async def astop(self, message_id: uuid.UUID) -> None:
         # Through the channel layer, so a Stop reaches the relay in whichever process runs it.
-        await get_channel_layer().group_send(stop_group(message_id), {"type": "relay.stop"})
+        await get_channel_layer().group_send(
+            stop_group(message_id), {"type": "relay.stop", "message_id": str(message_id)}
+        )
 
     # --- one reply -------------------------------------------------------------------
     async def _relay(self, message_id: uuid.UUID) -> None:
@@ -160,7 +173,10 @@ class RelayManager:
         finally:
             for task in (pump, publisher, stop):
                 task.cancel()
-            await asyncio.gather(pump, publisher, stop, return_exceptions=True)
+            # Bounded: a library that swallows a cancellation must not hold the reply open.
+            _, stuck = await asyncio.wait({pump, publisher, stop}, timeout=CLEANUP_SECONDS)
+            if stuck:
+                logger.error("relay tasks of %s did not stop: %s", reply.message_id, stuck)
         if cancelled:
             return "cancelled"
         error = results[0]
@@ -208,17 +224,45 @@ class RelayManager:
         self.unsaved[reply.message_id] = reply
         METRICS.token_event(reply.produced_at)
 
-    async def _wait_for_stop(self, message_id: uuid.UUID) -> None:
+    async def _stop_receiver(self) -> None:
         layer = get_channel_layer()
-        channel = await layer.new_channel()
-        await layer.group_add(stop_group(message_id), channel)
+        self.stop_channel = await layer.new_channel()
+        self.stop_channel_ready.set()
+        while True:
+            try:
+                message = await layer.receive(self.stop_channel)
+            except Exception:
+                logger.warning("receiving Stop signals failed; retrying", exc_info=True)
+                METRICS.failure("stop_channel")
+                await asyncio.sleep(STOP_POLL_SECONDS)
+                continue
+            with contextlib.suppress(KeyError, ValueError):
+                self.stop_events[uuid.UUID(message["message_id"])].set()
+
+    async def _wait_for_stop(self, message_id: uuid.UUID) -> None:
+        """Returns only when the user pressed Stop (a signal through the channel layer, or
+        the row's flag for a Stop sent before we listened)."""
+        stopped = self.stop_events[message_id] = asyncio.Event()
+        layer = get_channel_layer()
+        await self.stop_channel_ready.wait()
         try:
-            if await Message.objects.filter(pk=message_id, stop_requested=True).aexists():
-                return  # Stop came before we listened for it
-            while (await layer.receive(channel)).get("type") != "relay.stop":
-                pass
+            try:
+                await layer.group_add(stop_group(message_id), self.stop_channel)
+                listening = True
+            except Exception:
+                logger.warning("cannot listen for Stop of %s; watching the database", message_id,
+                               exc_info=True)
+                METRICS.failure("stop_channel")
+                listening = False
+            while not await _stop_flagged(message_id):
+                if listening:
+                    await stopped.wait()
+                    return
+                await asyncio.sleep(STOP_POLL_SECONDS)
         finally:
-            await layer.group_discard(stop_group(message_id), channel)
+            self.stop_events.pop(message_id, None)
+            with contextlib.suppress(Exception):
+                await layer.group_discard(stop_group(message_id), self.stop_channel)
 
     async def _finish(self, reply: Reply, outcome) -> None:
         self.unsaved.pop(reply.message_id, None)
@@ -286,6 +330,13 @@ async def _learn_default_model() -> None:
         await get_client().default_model()
     except Exception:  # the server may be down now; the first reply asks again
         logger.info("the inference server did not say its model yet", exc_info=True)
+
+
+async def _stop_flagged(message_id: uuid.UUID) -> bool:
+    try:
+        return await Message.objects.filter(pk=message_id, stop_requested=True).aexists()
+    except DatabaseError:
+        return False
 
 
 def _detached_task(loop, coro, name=None) -> asyncio.Task:

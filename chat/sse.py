@@ -136,6 +136,10 @@ class ChannelStream:
 
     async def bodies(self):
         manager = get_listener_manager()
+        if self.last_id is None:
+            # Fixed before stream-open is sent: a client may act on stream-open (send a
+            # message), and whatever is published after it must reach this stream.
+            self.last_id = await self._storage("get_current_id", self.channel)
         self.listener.assign_loop()
         manager.add_listener(self.listener)
         try:
@@ -153,21 +157,17 @@ class ChannelStream:
         """Everything after last_id from the log; then drop what was queued meanwhile
         (it is in the log too, and the next read or _follow's id check covers it)."""
         while True:
-            if self.last_id is None:
-                self.last_id = await self._storage("get_current_id", self.channel)
-                events = []
-            else:
-                try:
-                    events = await self._storage(
-                        "get_events", self.channel, self.last_id, limit=READ_BATCH
-                    )
-                except EventDoesNotExist as exc:
-                    self.last_id = int(exc.current_id)
-                    yield sse_encode_event(
-                        "stream-reset", {"channels": [self.channel]},
-                        event_id=self._id(), json_encode=True,
-                    )
-                    continue
+            try:
+                events = await self._storage(
+                    "get_events", self.channel, self.last_id, limit=READ_BATCH
+                )
+            except EventDoesNotExist as exc:
+                self.last_id = int(exc.current_id)
+                yield sse_encode_event(
+                    "stream-reset", {"channels": [self.channel]},
+                    event_id=self._id(), json_encode=True,
+                )
+                continue
             if events:
                 yield "".join(self._encode(event) for event in events)
             if len(events) >= READ_BATCH:

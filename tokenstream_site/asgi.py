@@ -2,7 +2,9 @@
 are served by chat.sse without Django's per-request thread; everything else by Django.
 The relay manager starts on the server's event loop before the first request."""
 
+import asyncio
 import os
+import signal
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 
@@ -41,3 +43,17 @@ http = URLRouter(
 )
 
 application = StartRelays(ProtocolTypeRouter({"http": http}))
+
+
+def _dump_tasks(signum, frame):
+    """`kill -USR1 <pid>` prints where every asyncio task of the site waits (support aid)."""
+    import sys
+
+    loop = relay_manager.loop
+    if loop is None:
+        return
+    for task in asyncio.all_tasks(loop):
+        task.print_stack(limit=12, file=sys.stderr)
+
+
+signal.signal(signal.SIGUSR1, _dump_tasks)

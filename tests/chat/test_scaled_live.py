@@ -172,3 +172,36 @@ def requests_served(server: InferenceServer) -> int:
         if family.name.startswith("inference_requests"):
             total += sum(s.value for s in family.samples if s.name.endswith("_total"))
     return int(total)
+
+
+def test_a_stream_opened_just_before_sending_misses_nothing(two_sites):
+    """Whatever is published after stream-open reaches the stream, also when the stream's
+    starting point comes from Redis (a round trip in a thread) and many streams open at once."""
+    import concurrent.futures
+
+    site_a, site_b = two_sites
+    on_a = SiteClient(site_a.url).signup(f"op{uuid.uuid4().hex[:6]}")
+
+    def open_then_send(attempt: int):
+        on_b = as_user_on(site_b, on_a)
+        conversation = on_a.new_conversation()
+        stream = on_b.events(conversation["id"])  # returns once stream-open is on the wire
+        try:
+            reply_id = on_a.send(conversation["id"], f"quick {attempt} reply")["assistant_message"]["id"]
+            kinds, tokens = [], []
+            for event in stream:
+                if event.json.get("message_id") != reply_id:
+                    continue
+                kinds.append(event.event)
+                if event.event == "token":
+                    tokens.append(event.json)
+                if event.event in ("message.end", "message.error"):
+                    return attempt, kinds, tokens
+        finally:
+            stream.close()
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(open_then_send, range(20)))
+    for attempt, kinds, tokens in results:
+        assert kinds[0] == "message.start" and kinds[-1] == "message.end", kinds
+        assert "".join(t["text"] for t in tokens) == f"quick {attempt} reply"

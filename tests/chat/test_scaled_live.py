@@ -205,3 +205,30 @@ def test_a_stream_opened_just_before_sending_misses_nothing(two_sites):
     for attempt, kinds, tokens in results:
         assert kinds[0] == "message.start" and kinds[-1] == "message.end", kinds
         assert "".join(t["text"] for t in tokens) == f"quick {attempt} reply"
+
+
+def test_the_browser_resumes_on_another_process_after_its_own_dies(two_sites, live_dir, postgres_url, redis_url, replicas):
+    site_a, site_b = two_sites
+    site_c = SiteServer(live_dir, live_dir / "scaled-c", DATABASE_URL=postgres_url, REDIS_URL=redis_url,
+                        DJANGO_SECRET_KEY=SECRET, INFERENCE_URLS=",".join(r.url for r in replicas)
+                        ).start(migrate=False)
+    try:
+        on_a = SiteClient(site_a.url).signup(f"rc{uuid.uuid4().hex[:6]}")
+        on_b, on_c = as_user_on(site_b, on_a), as_user_on(site_c, on_a)
+        conversation = on_a.new_conversation()
+        first = on_c.events(conversation["id"])
+        reply_id = on_a.send(conversation["id"], WORDS)["assistant_message"]["id"]
+        before, _ = collect_reply(first, reply_id, stop_after_tokens=8)
+        site_c.kill()  # the process the browser was attached to dies mid-reply
+        first.close()
+        second = on_b.events(conversation["id"], last_event_id=first.last_id)
+        try:
+            after, end = collect_reply(second, reply_id)
+        finally:
+            second.close()
+    finally:
+        site_c.stop()
+    seqs = [t["seq"] for t in before + after]
+    assert seqs == list(range(len(seqs)))
+    assert "".join(t["text"] for t in before + after) == WORDS
+    assert end.event == "message.end"

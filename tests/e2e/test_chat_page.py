@@ -3,7 +3,6 @@
 import re
 import time
 
-import httpx
 import pytest
 
 from tests.conftest import unique_name

@@ -26,7 +26,8 @@ def channel_for(conversation_id) -> str:
     return f"conversation-{conversation_id}"
 
 
-def _local_only() -> bool:
+def local_delivery() -> bool:
+    """One process: events go to the in-memory log and local listeners, no Redis."""
     return (
         settings.EVENTSTREAM_STORAGE_CLASS == "chat.eventlog.MemoryEventStorage"
         and not hasattr(settings, "EVENTSTREAM_REDIS")
@@ -51,7 +52,7 @@ def _publish_on_loop(channel: str, event_type: str, data: dict) -> None:
 
 async def apublish(conversation_id, event_type: str, data: dict) -> None:
     channel = channel_for(conversation_id)
-    if _local_only():
+    if local_delivery():
         _publish_on_loop(channel, event_type, data)
     else:
         await sync_to_async(send_event, thread_sensitive=False)(channel, event_type, data)

@@ -92,12 +92,6 @@ class RelayManager:
             _detached_task(loop, _learn_default_model(), name="relay-default-model"),
         ]
 
-    async def ashutdown(self) -> None:
-        for task in [*self.relays.values(), *self.background]:
-            task.cancel()
-        await asyncio.gather(*self.relays.values(), *self.background, return_exceptions=True)
-        self.loop = None
-
     def start(self, message_id: uuid.UUID) -> asyncio.Task:
         self.ensure_started()
         task = _detached_task(asyncio.get_running_loop(), self._relay(message_id))

@@ -16,7 +16,6 @@ from urllib.parse import parse_qs, unquote
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django_eventstream.storage import EventDoesNotExist
 from django_eventstream.utils import (
     get_storage,
@@ -27,7 +26,7 @@ from django_eventstream.utils import (
 from django_eventstream.views import Listener, get_listener_manager
 
 from chat import delivery
-from chat.events import channel_for
+from chat.events import channel_for, local_delivery
 from chat.relay_metrics import METRICS
 from chat.selectors import conversation_readable_by
 
@@ -117,7 +116,7 @@ class ChannelStream:
         self.listener.user_id = user_id
         self.listener.channels = {channel}
         # The in-memory log answers in microseconds; Redis is a network round trip.
-        self.local = not hasattr(settings, "EVENTSTREAM_REDIS")
+        self.local = local_delivery()
 
     async def _storage(self, method, *args, **kwargs):
         call = getattr(self.storage, method)

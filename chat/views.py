@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from chat import selectors
 from chat.models import Conversation
-from chat.presenters import conversation_json, message_json
+from chat.presenters import conversation_json
 from chat.relay_metrics import REGISTRY
 
 
@@ -29,8 +29,7 @@ def conversation_page(request, conversation_id: uuid.UUID):
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
     messages = selectors.conversation_messages(conversation=conversation)
-    initial = conversation_json(conversation)
-    initial["messages"] = [message_json(m) for m in messages]
+    initial = conversation_json(conversation, messages)
     return render(request, "chat/chat.html", {"initial": initial, "conversation": conversation})
 
 

@@ -224,6 +224,19 @@ class SiteClient:
         assert response.status_code == 202, response.text
         return response.json()
 
+    def message(self, conversation_id: str, message_id: str) -> dict:
+        """One message as the API shows it in its conversation."""
+        messages = self.api("GET", f"/api/conversations/{conversation_id}/").json()["messages"]
+        return next(m for m in messages if m["id"] == message_id)
+
+    def wait_settled(self, conversation_id: str, message_id: str, timeout: float = 30) -> dict:
+        """The message once it is no longer streaming; fails if it stays streaming."""
+        deadline = time.monotonic() + timeout
+        while (saved := self.message(conversation_id, message_id))["status"] == "streaming":
+            assert time.monotonic() < deadline, "reply stuck streaming"
+            time.sleep(0.2)
+        return saved
+
     def events(self, conversation_id: str, last_event_id: str | None = None):
         """An open SSE stream; iterate it for SseEvent objects."""
         return SseStream(self, conversation_id, last_event_id)

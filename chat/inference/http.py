@@ -37,7 +37,6 @@ class HttpInferenceClient(InferenceClient):
     def __init__(self) -> None:
         self.urls = [url.rstrip("/") for url in settings.INFERENCE_URLS]
         self.in_flight = {url: 0 for url in self.urls}
-        self.requests_sent = {url: 0 for url in self.urls}
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _http(self) -> httpx.AsyncClient:
@@ -79,7 +78,6 @@ class HttpInferenceClient(InferenceClient):
 
     async def _stream_from(self, url: str, body: dict):
         self.in_flight[url] += 1
-        self.requests_sent[url] += 1
         started = False
         try:
             request = self._http().build_request("POST", f"{url}/v1/chat/completions", json=body)

@@ -20,11 +20,6 @@ def slow_inference(live_dir):
     server.stop()
 
 
-def reply_state(client, conversation_id, reply_id) -> dict:
-    messages = client.api("GET", f"/api/conversations/{conversation_id}/").json()["messages"]
-    return next(m for m in messages if m["id"] == reply_id)
-
-
 def test_site_killed_mid_reply_is_interrupted_with_its_text_after_restart(live_dir, slow_inference):
     var = live_dir / f"killed-site-{slow_inference.port}"
     env = dict(INFERENCE_URLS=slow_inference.url, RELAY_STALE_AFTER=2)
@@ -52,7 +47,7 @@ def test_site_killed_mid_reply_is_interrupted_with_its_text_after_restart(live_d
             resumed.close()
         assert "stream-reset" in kinds, "an id from the dead process must not be replayed"
         assert event.json["message_id"] == reply_id and event.json["retryable"]
-        saved = reply_state(client, conversation["id"], reply_id)
+        saved = client.message(conversation["id"], reply_id)
         assert saved["status"] == "interrupted"
         assert "restarted" in saved["error"]
         text_seen = "".join(t["text"] for t in seen)
@@ -91,22 +86,11 @@ def test_database_locked_mid_reply_loses_no_text(live_dir, slow_inference):
         locker.join()
         stream.close()
         assert end.event == "message.end"
-        deadline = time.monotonic() + 30
-        while (saved := reply_state(client, conversation["id"], reply_id))["status"] == "streaming":
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        saved = client.wait_settled(conversation["id"], reply_id)
         assert saved["status"] == "complete"
         assert saved["content"] == text
     finally:
         site.stop()
-
-
-def wait_until_settled(client, conversation_id, reply_id, timeout=30) -> dict:
-    deadline = time.monotonic() + timeout
-    while (saved := reply_state(client, conversation_id, reply_id))["status"] == "streaming":
-        assert time.monotonic() < deadline, "reply stuck streaming"
-        time.sleep(0.2)
-    return saved
 
 
 def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(live_site, make_site_user):
@@ -177,7 +161,7 @@ def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(liv
             tokens, end = collect_reply(stream, reply_id)
             took = time.monotonic() - started
             stream.close()
-            saved = wait_until_settled(client, conversation["id"], reply_id)
+            saved = client.wait_settled(conversation["id"], reply_id)
             assert end.event == "message.error"
             assert expected in end.json["error"] and end.json["retryable"] is True
             assert took < 10
@@ -206,10 +190,10 @@ def test_overloaded_inference_server_is_reported_busy_and_no_reply_is_left_strea
         _, end = collect_reply(stream, busy_id)
         stream.close()
         assert end.event == "message.error" and "busy" in end.json["error"]
-        assert wait_until_settled(client, second["id"], busy_id)["status"] == "failed"
-        assert wait_until_settled(client, first["id"], long_id)["status"] == "complete"
+        assert client.wait_settled(second["id"], busy_id)["status"] == "failed"
+        assert client.wait_settled(first["id"], long_id)["status"] == "complete"
         retry = client.api("POST", f"/api/messages/{busy_id}/regenerate/").json()["assistant_message"]
-        assert wait_until_settled(client, second["id"], retry["id"])["status"] == "complete"
+        assert client.wait_settled(second["id"], retry["id"])["status"] == "complete"
     finally:
         site.stop()
         inference.stop()

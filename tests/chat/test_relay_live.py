@@ -13,11 +13,6 @@ pytestmark = pytest.mark.live
 WORDS = " ".join(f"w{i}" for i in range(40))
 
 
-def saved_message(client: SiteClient, conversation_id: str, message_id: str) -> dict:
-    detail = client.api("GET", f"/api/conversations/{conversation_id}/").json()
-    return next(m for m in detail["messages"] if m["id"] == message_id)
-
-
 def test_reply_streams_and_tokens_concatenate_to_saved_content(site_user):
     conversation = site_user.new_conversation()
     stream = site_user.events(conversation["id"])
@@ -33,7 +28,7 @@ def test_reply_streams_and_tokens_concatenate_to_saved_content(site_user):
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))
     text = "".join(t["text"] for t in tokens)
     assert text == WORDS
-    saved = saved_message(site_user, conversation["id"], reply_id)
+    saved = site_user.message(conversation["id"], reply_id)
     assert saved["content"] == text
     assert saved["status"] == "complete"
     assert saved["next_seq"] == len(tokens)
@@ -98,7 +93,7 @@ def test_stop_ends_the_reply_within_a_second_with_partial_text_saved(live_site, 
         stream.close()
     assert end.event == "message.end" and end.json["finish_reason"] == "cancelled"
     assert took < 1.0
-    saved = saved_message(client, conversation["id"], reply_id)
+    saved = client.message(conversation["id"], reply_id)
     assert saved["status"] == "cancelled"
     assert saved["content"] == "".join(t["text"] for t in before + rest)
     assert 0 < len(saved["content"]) < len(WORDS * 5)
@@ -158,7 +153,7 @@ def test_inference_killed_mid_reply_gives_message_error_within_5s_and_keeps_text
     assert end.json["retryable"] is True
     assert "model server" in end.json["error"]
     assert took < 5
-    saved = saved_message(client, conversation["id"], reply_id)
+    saved = client.message(conversation["id"], reply_id)
     assert saved["status"] == "failed"
     assert saved["content"] == "".join(t["text"] for t in before + rest)
     assert saved["content"].startswith("w0 w1 w2")
@@ -166,11 +161,7 @@ def test_inference_killed_mid_reply_gives_message_error_within_5s_and_keeps_text
     # Down when the user sends: the question stays, the reply fails with a retryable error.
     second = client.send(conversation["id"], "anyone there")
     time.sleep(0.2)
-    deadline = time.monotonic() + 10
-    while (reply := saved_message(client, conversation["id"], second["assistant_message"]["id"]))[
-        "status"
-    ] == "streaming" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    reply = client.wait_settled(conversation["id"], second["assistant_message"]["id"], timeout=10)
     assert reply["status"] == "failed" and reply["retryable"]
     assert any(m["content"] == "anyone there" for m in
                client.api("GET", f"/api/conversations/{conversation['id']}/").json()["messages"])

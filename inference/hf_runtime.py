@@ -17,11 +17,13 @@ def pick_device(settings: Settings) -> torch.device:
 
 
 def pick_dtype(settings: Settings, device: torch.device) -> torch.dtype:
-    """The compute dtype (int8 computes in float32 around int8 Linear weights)."""
+    """The compute dtype (int8 computes in float32 around int8 Linear weights, int4 in bf16)."""
     if settings.dtype in ("float32", "int8"):
         return torch.float32
     if settings.dtype in ("bfloat16", "float16"):
         return getattr(torch, settings.dtype)
+    if settings.dtype == "int4":
+        return torch.bfloat16
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     # CPU decode is memory-bandwidth bound: bf16 halves the bytes; measured ~1.6x fp32 here.
@@ -44,13 +46,17 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
 
     set_threads(settings)
     device = pick_device(settings)
-    if settings.dtype == "int8" and device.type != "cpu":
-        raise ValueError("DTYPE=int8 (dynamic int8 Linear) is CPU only; use bfloat16 on CUDA")
+    if settings.dtype in ("int8", "int4") and device.type != "cpu":
+        raise ValueError(f"DTYPE={settings.dtype} uses torch's CPU kernels; use bfloat16 on CUDA")
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=pick_dtype(settings, device))
     model = model.to(device).eval()
     if settings.dtype == "int8":
         model = quantize_int8(model)
+    elif settings.dtype == "int4":
+        from inference.quant import quantize_int4
+
+        model = quantize_int4(model)
     return model, tok
 
 

@@ -40,10 +40,12 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the model runs. auto: cuda when available, else cpu."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "int8", "int4"] = Field(
         "auto",
-        description="Weights/compute dtype. auto: bfloat16 (measured fastest on CPU here; "
-        "float16 on CUDA without bf16). int8: dynamic int8 Linear weights (CPU only).",
+        description="Weights/compute dtype. auto on CPU: int4 for a GGUF whose weights are "
+        "4-bit (like the bundled Q4_1), else bfloat16; auto on CUDA: bfloat16 (float16 "
+        "without bf16). int4: 4-bit weight groups + int8 LM head, bfloat16 activations "
+        "(CPU only, fastest here). int8: dynamic int8 Linear weights (CPU only).",
     )
     max_batch: int = Field(8, ge=1, description="Most sequences decoded together (running).")
     max_queue: int = Field(

@@ -1,0 +1,107 @@
+"""DTYPE=int4: weight-only 4-bit Linear layers and how DTYPE=auto picks them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from inference.model_store import bundled_gguf, gguf_weight_types, resolve_dtype
+from inference.quant import FEW_ROWS, Int4Linear, Int8Linear
+from inference.settings import Settings
+
+
+def _steps(q: Int4Linear) -> torch.Tensor:
+    """Each weight's quantization step (its group's scale), shaped like the weight."""
+    return q.scales_zeros[..., 0].float().T.repeat_interleave(q.group, 1)
+
+
+def _int4_weights(q: Int4Linear) -> torch.Tensor:
+    """The 4-bit weights as the kernel sees them (the kernel applied to the identity)."""
+    eye = torch.eye(q.in_features, dtype=torch.bfloat16)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, q.packed, q.group, q.scales_zeros).float().T
+
+
+@pytest.mark.parametrize("rows", [1, FEW_ROWS, FEW_ROWS + 1, 40])
+def test_int4_linear_uses_4bit_weights_for_few_rows_and_the_originals_for_many(rows: int) -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(96, 80, bias=True)
+    q = Int4Linear(linear)
+    x = torch.randn(1, rows, 96, dtype=torch.bfloat16)
+    weights = _int4_weights(q) if rows <= FEW_ROWS else linear.weight.float()
+    want = x.float() @ weights.T + linear.bias.float()
+    got = q(x)
+    assert got.shape == (1, rows, 80) and got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), want, atol=0.02, rtol=0.01)  # the two differ by ~0.12
+
+
+def test_int4_rounds_each_weight_to_within_half_a_step() -> None:
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(64, 32, bias=False)
+    q = Int4Linear(linear)
+    err = (_int4_weights(q) - linear.weight.float()).abs() / _steps(q)
+    assert err.max() <= 0.55  # half a step, plus bf16 rounding of scale and offset
+    assert err.mean() > 0.15  # arbitrary weights do not sit on a 4-bit grid
+
+
+def test_int4_refuses_a_width_that_is_not_whole_groups() -> None:
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        Int4Linear(torch.nn.Linear(40, 8))
+
+
+@pytest.mark.parametrize("rows", [1, FEW_ROWS + 3])
+def test_int8_head_matches_the_float_head(rows: int) -> None:
+    torch.manual_seed(2)
+    weight = torch.randn(200, 64).to(torch.bfloat16)
+    x = torch.randn(rows, 64, dtype=torch.bfloat16)
+    got = Int8Linear(weight)(x).float()
+    want = x.float() @ weight.float().T
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_auto_picks_int4_on_cpu_only_for_a_4bit_gguf() -> None:
+    cpu = Settings(dtype="auto", device="cpu")
+    assert resolve_dtype(cpu, ["Q4_1", "Q8_0"]) == "int4"
+    assert resolve_dtype(cpu, ["Q8_0", "Q4_1"]) == "auto"  # mostly 8-bit: keep bfloat16
+    assert resolve_dtype(cpu, []) == "auto"  # a Hugging Face folder
+    assert resolve_dtype(Settings(dtype="float32", device="cpu"), ["Q4_1"]) == "float32"
+
+
+def test_int4_is_cpu_only() -> None:
+    from inference.hf_runtime import load_folder
+
+    # refused before anything is loaded, so no GPU is needed to check it
+    with pytest.raises(ValueError, match="CPU kernels"):
+        load_folder("unused", Settings(dtype="int4", device="cuda"))
+
+
+@pytest.mark.model
+def test_bundled_gguf_types_are_read_once_and_kept(loaded_model: Any) -> None:
+    folder = Path(loaded_model.folder)
+    assert gguf_weight_types(bundled_gguf(), folder)[:1] == ["Q4_1"]
+    assert (folder / "tokenstream-gguf.json").is_file()
+
+
+@pytest.mark.model
+def test_bundled_model_runs_int4_holding_the_ggufs_own_4bit_codes(loaded_model: Any) -> None:
+    """The default model is served in int4, and its int4 weights are the Q4_1 file's values:
+    off by a small fraction of a step (scale and offset rounded to bf16), where re-quantizing
+    arbitrary weights is off by ~a quarter of a step on average."""
+    assert loaded_model.dtype == "int4"
+    layers = [m for m in loaded_model.model.modules() if isinstance(m, Int4Linear)]
+    assert len(layers) == 30 * 7
+    folder_model = _float_model(loaded_model.folder)
+    for name, module in loaded_model.model.named_modules():
+        if isinstance(module, Int4Linear) and name.endswith(("q_proj", "down_proj")):
+            original = folder_model.get_submodule(name).weight.float()
+            err = (_int4_weights(module) - original).abs() / _steps(module)
+            assert err.mean() < 0.05, name
+    assert isinstance(loaded_model.model.lm_head, Int8Linear)
+
+
+def _float_model(folder: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)

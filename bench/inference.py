@@ -2,22 +2,26 @@
 `model.generate` + TextIteratorStreamer pattern, measured side by side in one run.
 
     .venv/bin/python bench/inference.py                 # N = 1,4,8,16, 128 tokens
-    .venv/bin/python bench/inference.py --n 1,8 --tokens 64 --dtypes bfloat16,int8
+    .venv/bin/python bench/inference.py --n 1,8 --hf-manager --llama-python /path/to/python
 
-Every server runs in this process (uvicorn in a thread) on the same loaded model; the clients
-are httpx streams on the main thread. Rows: aggregate tokens/s, TTFT p50/p99, inter-token
-latency p50/p99 (between received content chunks), failures (streams that ended early or with
-an error). Also one stream over HTTP vs the same engine in-process, and one row per DTYPE.
+Our server and the seed's run in this process (uvicorn in a thread) on the same loaded model;
+llama-cpp-python's server (optional) in its own process on the same GGUF; the clients are
+httpx streams on the main thread. Rows: aggregate tokens/s, TTFT p50/p99, inter-token latency
+p50/p99 (between received content chunks), failures (streams that ended early or with an
+error). Then one stream over HTTP vs the same engine in-process vs llama.cpp in interleaved
+rounds, the issue's targets as ratios of those rows, and one row per DTYPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,41 +196,57 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="1,4,8,16", help="concurrency levels")
     ap.add_argument("--tokens", type=int, default=128, help="new tokens per request")
-    ap.add_argument("--dtype", default="bfloat16", help="dtype of the side-by-side comparison")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int8", help="per-DTYPE rows (in-process)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of the interleaved single-stream comparison (medians reported)")
+    ap.add_argument("--dtype", default="auto", help="DTYPE of the side-by-side comparison (auto: "
+                    "what the server picks, int4 for the bundled model on CPU)")
+    ap.add_argument("--dtypes", default="float32,bfloat16,int8,int4", help="per-DTYPE rows (in-process)")
     ap.add_argument("--dtype-n", type=int, default=8, help="concurrency of the per-DTYPE rows")
     ap.add_argument("--skip-seed", action="store_true", help="skip the seed baseline (slow)")
+    ap.add_argument("--hf-manager", action="store_true",
+                    help="add transformers' ContinuousBatchingManager, in-process, as a baseline")
     ap.add_argument("--llama-python", default="",
                     help="a python with llama-cpp-python[server] installed: adds its server, "
                          "on the same GGUF file, as a baseline")
     args = ap.parse_args()
     levels = [int(x) for x in args.n.split(",")]
     loaded = prepare_model(settings_for(args.dtype, 1))
-    print(f"\nmodel {loaded.folder} dtype {args.dtype}, {args.tokens} new tokens per request\n")
+    print(f"\nmodel {loaded.folder} dtype {loaded.dtype}, {args.tokens} new tokens per request")
+    print("(this machine's speed drifts by tens of percent from minute to minute, so every level runs\n"
+          " all modes back to back, and the single-stream ratios are medians of interleaved rounds)\n")
     print(HEADER)
-    seed_tps: dict[int, float] = {}
-    if not args.skip_seed:
-        with LiveServer(seed_app(loaded)) as seed:
-            for n in levels:
-                r = asyncio.run(run_http(seed.url, n, args.tokens))
-                seed_tps[n] = r.tokens / r.wall
-                print(r.row("seed thread+generate HTTP", n), flush=True)
-    with ours_server(loaded, settings_for(args.dtype, max(levels))) as ours:
-        ours.wait_ready(600)
+    rows: dict[tuple[str, int], Result] = {}
+
+    def show(label: str, n: int, r: Result) -> None:
+        rows[(label, n)] = r
+        print(r.row(label, n), flush=True)
+
+    with contextlib.ExitStack() as stack:
+        http = {"batched HTTP": stack.enter_context(ours_server(loaded, settings_for(args.dtype, max(levels))))}
+        http["batched HTTP"].wait_ready(600)
+        if not args.skip_seed:
+            http["seed thread+generate HTTP"] = stack.enter_context(LiveServer(seed_app(loaded)))
+        if args.llama_python:
+            url = stack.enter_context(llama_cpp_server(args.llama_python))
+            if url:
+                http["llama-cpp-python server"] = url
+        modes: dict[str, Any] = {label: _http_mode(server) for label, server in http.items()}
+        if args.hf_manager:
+            from bench.hf_manager import run_hf_manager
+
+            modes["transformers CB manager"] = lambda n, tokens: run_hf_manager(loaded, n, tokens)
         for n in levels:
-            r = asyncio.run(run_http(ours.url, n, args.tokens))
-            ratio = f"  x{r.tokens / r.wall / seed_tps[n]:.1f} seed" if n in seed_tps else ""
-            print(r.row("batched HTTP", n) + ratio, flush=True)
-        http1 = asyncio.run(run_http(ours.url, 1, args.tokens))
-    inproc1 = asyncio.run(in_process(loaded, settings_for(args.dtype, 1), 1, args.tokens))
-    print(http1.row("batched HTTP (again)", 1))
-    print(inproc1.row("batched in-process", 1))
-    print(f"server overhead: 1 stream over HTTP = {http1.tokens / http1.wall / (inproc1.tokens / inproc1.wall):.2f}x in-process")
-    if args.llama_python:
-        llama_cpp_rows(args.llama_python, levels, args.tokens)
-    else:
-        print("llama.cpp baseline skipped (give --llama-python; DESIGN.md measured ~59 tok/s "
-              "single stream on the same Q4_1 file)")
+            for label, measure in modes.items():
+                show(label, n, measure(n, args.tokens))
+        modes["batched in-process"] = lambda n, tokens: asyncio.run(
+            in_process(loaded, settings_for(args.dtype, 1), n, tokens))
+        single = {label: modes[label] for label in ("batched HTTP", "batched in-process",
+                                                      "llama-cpp-python server") if label in modes}
+        print(f"\nsingle stream, {args.rounds} interleaved rounds:")
+        for label, runs in _rounds(single, args.rounds, args.tokens).items():
+            median = sorted(runs, key=lambda r: r.tokens / r.wall)[len(runs) // 2]
+            show(f"{label[:21]} median", 1, median)
+    print_targets(rows, levels)
     print("\nper DTYPE (in-process engine):")
     print(HEADER)
     for dtype in args.dtypes.split(","):
@@ -235,9 +255,54 @@ def main() -> None:
             print(asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens)).row(f"dtype {dtype}", n), flush=True)
 
 
-def llama_cpp_rows(python: str, levels: list[int], tokens: int) -> None:
+def _http_mode(server: LiveServer | str) -> Any:
+    url = server if isinstance(server, str) else server.url
+    return lambda n, tokens: asyncio.run(run_http(url, n, tokens))
+
+
+def _rounds(modes: dict[str, Any], rounds: int, tokens: int) -> dict[str, list[Result]]:
+    runs: dict[str, list[Result]] = {label: [] for label in modes}
+    for _ in range(rounds):
+        for label, measure in modes.items():
+            runs[label].append(measure(1, tokens))
+    return runs
+
+
+def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> None:
+    """The issue's targets, as ratios of rows measured above in this run."""
+    def tps(label: str, n: int) -> float | None:
+        r = rows.get((label, n))
+        return r.tokens / r.wall if r and r.wall and not r.failures else None
+
+    def ttft99(label: str, n: int) -> float | None:
+        r = rows.get((label, n))
+        return _p(r.ttft, 99) if r and r.ttft else None
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}x" if a is not None and b else "n/a (baseline not run or failed)"
+
+    ours, n8 = "batched HTTP", 8 if 8 in levels else max(levels)
+    print("\ntargets (ratios of the rows above):")
+    print(f"  {n8} concurrent vs seed pattern, aggregate: {ratio(tps(ours, n8), tps('seed thread+generate HTTP', n8))}"
+          f" (>= 5x); TTFT p99 {ttft99(ours, n8) or float('nan'):.2f}s (<= 1.5 s)")
+    llama = "llama-cpp-python server"
+    print(f"  1 stream over HTTP vs in-process: "
+          f"{ratio(tps('batched HTTP median', 1), tps('batched in-process median', 1))} (>= 0.95x; medians)")
+    print(f"  1 stream vs llama-cpp-python: {ratio(tps('batched HTTP median', 1), tps(llama[:21] + ' median', 1))}"
+          " (>= 0.5x; medians)")
+    print(f"  {n8} concurrent vs llama-cpp-python: aggregate {ratio(tps(ours, n8), tps(llama, n8))} (>= 1x), "
+          f"TTFT p99 {ratio(ttft99(ours, n8), ttft99(llama, n8))} (<= 0.2x)")
+    if ("transformers CB manager", n8) in rows:
+        print(f"  {n8} concurrent vs transformers' manager (in-process): "
+              f"{ratio(tps(ours, n8), tps('transformers CB manager', n8))} aggregate, TTFT p99 "
+              f"{ratio(ttft99(ours, n8), ttft99('transformers CB manager', n8))}")
+
+
+@contextlib.contextmanager
+def llama_cpp_server(python: str) -> Iterator[str | None]:
     """llama-cpp-python's OpenAI server on the same GGUF, all cores, one request at a time
-    (with its default interrupt_requests it cuts concurrent streams off mid-body)."""
+    (with its default interrupt_requests it cuts concurrent streams off mid-body). Yields its
+    URL, or None when it did not start."""
     import socket
     import subprocess
 
@@ -261,10 +326,10 @@ def llama_cpp_rows(python: str, levels: list[int], tokens: int) -> None:
                 pass
             if time.monotonic() > deadline or server.poll() is not None:
                 print("llama.cpp server did not start: baseline skipped")
+                yield None
                 return
             time.sleep(0.5)
-        for n in levels:
-            print(asyncio.run(run_http(url, n, tokens)).row("llama-cpp-python server", n), flush=True)
+        yield url
     finally:
         server.terminate()
         server.wait(10)

@@ -9,9 +9,9 @@ before the next step. Results reach the asyncio side through ``loop.call_soon_th
 We use our own scheduler rather than transformers' ContinuousBatchingManager mainly because
 the API needs a per-request seeded generator, and that manager's seed is manager-wide
 (ContinuousBatchingConfig.seed); we also want stop strings, ignore_eos and cancellation in
-one place, and no paged KV cache sized from RAM on CPU. The manager was NOT benchmarked here
-(time). Measured on this 2-core machine (idle, bf16, raw decode step): batch 1 ~27 tok/s,
-batch 8 ~145 tok/s, batch 16 ~240 tok/s; fp32 18/99/160; dynamic int8 33/200.
+one place, and no paged KV cache sized from RAM on CPU. `bench/inference.py --hf-manager`
+runs the manager beside us on the same model: on this 2-core machine the two are within the
+machine's run-to-run noise at 8 concurrent streams (see the issue notes for the figures).
 """
 
 from __future__ import annotations

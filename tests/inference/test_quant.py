@@ -105,3 +105,32 @@ def _float_model(folder: str) -> Any:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+
+
+PASSAGE = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, "
+    "polished the great lens and wrote the weather in his log: wind from the west, a heavy swell, "
+    "rain by midnight. Ships passed far out on the dark water, and each one, he liked to think, "
+    "was safer because of the small light he kept burning. In the winter the storms were so "
+    "strong that the whole tower shook, and waves broke over the gallery forty metres above the "
+    "rocks. Still the light turned, once every ten seconds, as it had for a hundred years."
+)
+
+
+@pytest.mark.model
+def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Teacher-forced over a passage, every row through the 4-bit kernel: next-token
+    distributions stay within a small KL of the float32 model's (measured ~0.003 nats)."""
+    import inference.quant as quant
+
+    tok = loaded_model.tokenizer
+    chat = [{"role": "user", "content": "Tell me about a lighthouse keeper."},
+            {"role": "assistant", "content": PASSAGE}]
+    ids = tok.apply_chat_template(chat, return_tensors="pt", return_dict=True)["input_ids"]
+    monkeypatch.setattr(quant, "FEW_ROWS", 10**9)
+    with torch.inference_mode():
+        ref = torch.log_softmax(_float_model(loaded_model.folder)(input_ids=ids).logits[0].float(), -1)
+        got = torch.log_softmax(loaded_model.model(input_ids=ids).logits[0].float(), -1)
+    kl = (ref.exp() * (ref - got)).sum(-1).mean().item()
+    agree = (ref.argmax(-1) == got.argmax(-1)).float().mean().item()
+    assert kl < 0.02 and agree > 0.9, (kl, agree)

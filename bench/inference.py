@@ -4,9 +4,10 @@
     .venv/bin/python bench/inference.py                 # N = 1,4,8,16, 128 tokens
     .venv/bin/python bench/inference.py --n 1,8 --hf-manager --llama-python /path/to/python
 
-Our server and the seed's run in this process (uvicorn in a thread) on the same loaded model;
-llama-cpp-python's server (optional) in its own process on the same GGUF; the clients are
-httpx streams on the main thread. Rows: aggregate tokens/s, TTFT p50/p99, inter-token latency
+Our server (`python -m inference`), the seed's pattern and llama-cpp-python's server
+(optional) each run in their own process, as deployed, on the same model file and DTYPE; the
+clients are httpx streams in this process, where the in-process rows (our engine, transformers'
+manager) also run. Rows: aggregate tokens/s, TTFT p50/p99, inter-token latency
 p50/p99 (between received content chunks), failures (streams that ended early or with an
 error). Then one stream over HTTP vs the same engine in-process vs llama.cpp in interleaved
 rounds, the issue's targets as ratios of those rows, and one row per DTYPE.
@@ -32,13 +33,11 @@ import httpx  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import StreamingResponse  # noqa: E402
 
-from inference.app import create_app  # noqa: E402
 from inference.engine import Message  # noqa: E402
 from inference.hf_engine import TransformersEngine  # noqa: E402
 from inference.model_store import LoadedModel, prepare_model  # noqa: E402
 from inference.scheduler import SamplingParams, TokenEvent  # noqa: E402
 from inference.settings import Settings  # noqa: E402
-from tests.inference.conftest import LiveServer  # noqa: E402
 
 PROMPTS = ["Tell me a story about a lighthouse keeper.", "Explain how rain forms.",
            "Write a poem about the sea.", "Describe a busy market in the morning."]
@@ -178,10 +177,6 @@ def settings_for(dtype: str, max_batch: int) -> Settings:
                     model="", model_name="", inference_api_key="", context_length=0)
 
 
-def ours_server(loaded: LoadedModel, settings: Settings) -> LiveServer:
-    return LiveServer(create_app(settings, engine=TransformersEngine(settings, loaded=loaded)))
-
-
 async def in_process(loaded: LoadedModel, settings: Settings, n: int, tokens: int) -> Result:
     engine = TransformersEngine(settings, loaded=loaded)
     await engine.start()
@@ -208,7 +203,10 @@ def main() -> None:
     ap.add_argument("--llama-python", default="",
                     help="a python with llama-cpp-python[server] installed: adds its server, "
                          "on the same GGUF file, as a baseline")
+    ap.add_argument("--serve-seed", type=int, default=0, help=argparse.SUPPRESS)  # the seed's process
     args = ap.parse_args()
+    if args.serve_seed:
+        return serve_seed(args.serve_seed, args.dtype)
     levels = [int(x) for x in args.n.split(",")]
     loaded = prepare_model(settings_for(args.dtype, 1))
     print(f"\nmodel {loaded.folder} dtype {loaded.dtype}, {args.tokens} new tokens per request")
@@ -222,15 +220,21 @@ def main() -> None:
         print(r.row(label, n), flush=True)
 
     with contextlib.ExitStack() as stack:
-        http = {"batched HTTP": stack.enter_context(ours_server(loaded, settings_for(args.dtype, max(levels))))}
-        http["batched HTTP"].wait_ready(600)
+        # every server in its own process, as deployed (the site is another process)
+        http = {"batched HTTP": stack.enter_context(server_process(
+            [sys.executable, "-m", "inference", "--dtype", args.dtype, "--max-batch", str(max(levels)),
+             "--max-queue", "256", "--log-level", "warning"], "/ready", port_flag="--port"))}
         if not args.skip_seed:
-            http["seed thread+generate HTTP"] = stack.enter_context(LiveServer(seed_app(loaded)))
+            http["seed thread+generate HTTP"] = stack.enter_context(server_process(
+                [sys.executable, __file__, "--dtype", args.dtype], "/openapi.json", port_flag="--serve-seed"))
         if args.llama_python:
-            url = stack.enter_context(llama_cpp_server(args.llama_python))
-            if url:
-                http["llama-cpp-python server"] = url
-        modes: dict[str, Any] = {label: _http_mode(server) for label, server in http.items()}
+            from inference.model_store import bundled_gguf
+
+            http["llama-cpp-python server"] = stack.enter_context(server_process(
+                [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
+                 "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
+                "/v1/models", port_flag="--port"))
+        modes: dict[str, Any] = {label: _http_mode(url) for label, url in http.items() if url}
         if args.hf_manager:
             from bench.hf_manager import run_hf_manager
 
@@ -255,9 +259,15 @@ def main() -> None:
             print(asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens)).row(f"dtype {dtype}", n), flush=True)
 
 
-def _http_mode(server: LiveServer | str) -> Any:
-    url = server if isinstance(server, str) else server.url
+def _http_mode(url: str) -> Any:
     return lambda n, tokens: asyncio.run(run_http(url, n, tokens))
+
+
+def serve_seed(port: int, dtype: str) -> None:
+    import uvicorn
+
+    loaded = prepare_model(settings_for(dtype, 1), progress=lambda _: None)
+    uvicorn.run(seed_app(loaded), host="127.0.0.1", port=port, log_level="warning")
 
 
 def _rounds(modes: dict[str, Any], rounds: int, tokens: int) -> dict[str, list[Result]]:
@@ -299,33 +309,30 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
 
 
 @contextlib.contextmanager
-def llama_cpp_server(python: str) -> Iterator[str | None]:
-    """llama-cpp-python's OpenAI server on the same GGUF, all cores, one request at a time
-    (with its default interrupt_requests it cuts concurrent streams off mid-body). Yields its
-    URL, or None when it did not start."""
+def server_process(cmd: list[str], ready_path: str, port_flag: str) -> Iterator[str | None]:
+    """Runs `cmd` on a free port until the block ends; yields its URL once `ready_path`
+    answers 200, or None when it did not start (that baseline is then skipped).
+
+    llama-cpp-python's server runs with all cores, one request at a time: with its default
+    interrupt_requests it cuts concurrent streams off mid-body."""
     import socket
     import subprocess
-
-    from inference.model_store import bundled_gguf
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "4096", "--interrupt_requests", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([*cmd, port_flag, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while True:
             try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                if httpx.get(f"{url}{ready_path}", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline or server.poll() is not None:
-                print("llama.cpp server did not start: baseline skipped")
+                print(f"{cmd[0]} {' '.join(cmd[1:3])} did not start: skipped")
                 yield None
                 return
             time.sleep(0.5)

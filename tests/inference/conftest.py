@@ -94,6 +94,14 @@ def loaded_model() -> Any:
     return prepare_model(Settings(model="", dtype="auto", device="cpu"))
 
 
+@pytest.fixture(scope="session")
+def loaded_model_cuda() -> Any:
+    """The bundled model on CUDA (DTYPE=auto: bfloat16 there)."""
+    from inference.model_store import prepare_model
+
+    return prepare_model(Settings(model="", dtype="auto", device="cuda"))
+
+
 def model_settings(**overrides: Any) -> Settings:
     base: dict[str, Any] = {"engine": "transformers", "device": "cpu", "max_batch": 4,
                             "max_queue": 8, "inference_api_key": "", "model": "",

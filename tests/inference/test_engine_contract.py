@@ -24,11 +24,26 @@ def _build(kind: str, request: pytest.FixtureRequest, **overrides: Any) -> Engin
         return FakeEngine(fake_settings(fake_tokens_per_second=50, **overrides))
     from inference.hf_engine import TransformersEngine
 
+    if kind == "transformers-cuda":
+        loaded = request.getfixturevalue("loaded_model_cuda")
+        return TransformersEngine(model_settings(device="cuda", **overrides), loaded=loaded)
     loaded = request.getfixturevalue("loaded_model")
     return TransformersEngine(model_settings(**overrides), loaded=loaded)
 
 
-@pytest.fixture(params=["fake", pytest.param("transformers", marks=pytest.mark.model)])
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.fixture(params=[
+    "fake",
+    pytest.param("transformers", marks=pytest.mark.model),
+    # DEVICE=cuda runs the same code; this machine has no GPU, a machine with one runs these
+    pytest.param("transformers-cuda", marks=[pytest.mark.model, pytest.mark.skipif(
+        not _has_cuda(), reason="no CUDA device on this machine")]),
+])
 def make_engine(request: pytest.FixtureRequest) -> Any:
     """Factory: `async with make_engine(max_batch=1) as engine:` a started, ready engine."""
 

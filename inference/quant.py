@@ -88,7 +88,11 @@ class Int8Linear(nn.Module):
 
 def quantize_int4(model: Any) -> Any:
     """Replaces the decoder's Linear layers (int4) and the LM head (int8), in place."""
-    for layer in model.model.layers:
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or not isinstance(getattr(model, "lm_head", None), nn.Linear):
+        raise ValueError(f"DTYPE=int4 knows decoder models with model.layers and an lm_head "
+                         f"(Llama, Qwen, Mistral...), not {type(model).__name__}; use bfloat16")
+    for layer in layers:
         for parent in list(layer.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear) and child.in_features % GROUP == 0:

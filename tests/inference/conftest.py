@@ -45,7 +45,9 @@ def free_port() -> int:
 class LiveServer:
     """A real uvicorn server for `app` in a thread (real sockets, real disconnects)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, ready: bool = False) -> None:
+        """ready: entering also waits for /ready (the engine loads in the background)."""
+        self.ready = ready
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
@@ -60,6 +62,8 @@ class LiveServer:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
+        if self.ready:
+            self.wait_ready()
         return self
 
     def wait_ready(self, timeout: float = 120) -> None:
@@ -80,7 +84,7 @@ def live_fake() -> Iterator[Any]:
     from inference.app import create_app
 
     def make(**overrides: Any) -> LiveServer:
-        return LiveServer(create_app(fake_settings(**overrides)))
+        return LiveServer(create_app(fake_settings(**overrides)), ready=True)
 
     return make
 

@@ -62,8 +62,8 @@ def test_disconnect_frees_the_slot(live_fake: Any) -> None:
         long = BODY | {"messages": [{"role": "user", "content": TEXT * 20}]}
         with httpx.Client(base_url=server.url, timeout=10) as c:
             with c.stream("POST", "/v1/chat/completions", json=long) as r:
+                assert r.status_code == 200
                 next(r.iter_lines())
-                # the role chunk can precede the scheduler's next step, which admits it
                 _wait(lambda: _gauge(server.url, "inference_running_sequences") == 1)
             # the client went away: the sequence leaves at the next step
             _wait(lambda: _gauge(server.url, "inference_running_sequences") == 0)

@@ -69,12 +69,22 @@ def test_auto_picks_int4_on_cpu_only_for_a_4bit_gguf() -> None:
     assert resolve_dtype(Settings(dtype="float32", device="cpu"), ["Q4_1"]) == "float32"
 
 
-def test_int4_is_cpu_only() -> None:
+def test_int4_is_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from inference.hf_runtime import load_folder
 
-    # refused before anything is loaded, so no GPU is needed to check it
+    # refused before anything is loaded, so a stand-in for the GPU is enough
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ValueError, match="CPU kernels"):
         load_folder("unused", Settings(dtype="int4", device="cuda"))
+
+
+def test_device_cuda_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inference.hf_runtime import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="DEVICE=cuda, but torch .* sees no CUDA device"):
+        pick_device(Settings(device="cuda"))
+    assert pick_device(Settings(device="auto")).type == "cpu"
 
 
 @pytest.mark.model
@@ -134,3 +144,10 @@ def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, monkeypa
     kl = (ref.exp() * (ref - got)).sum(-1).mean().item()
     agree = (ref.argmax(-1) == got.argmax(-1)).float().mean().item()
     assert kl < 0.02 and agree > 0.9, (kl, agree)
+
+
+def test_int4_refuses_a_model_it_does_not_know() -> None:
+    from inference.quant import quantize_int4
+
+    with pytest.raises(ValueError, match="DTYPE=int4 knows decoder models"):
+        quantize_int4(torch.nn.Sequential(torch.nn.Linear(64, 64)))

@@ -27,7 +27,12 @@ from torch import nn
 from torch.nn import functional as F
 
 GROUP = 32
+OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
 FEW_ROWS = 8
+
+
+def fits(linear: nn.Linear, group: int = GROUP) -> bool:
+    return linear.in_features % group == 0 and linear.out_features % OUT_MULTIPLE == 0
 
 
 class Int4Linear(nn.Module):
@@ -36,8 +41,9 @@ class Int4Linear(nn.Module):
     def __init__(self, linear: nn.Linear, group: int = GROUP) -> None:
         super().__init__()
         out_f, in_f = linear.weight.shape
-        if in_f % group:
-            raise ValueError(f"in_features {in_f} is not a multiple of the group size {group}")
+        if not fits(linear, group):
+            raise ValueError(f"a {in_f}->{out_f} Linear does not fit the kernel: in_features must be "
+                             f"a multiple of the group size {group}, out_features of {OUT_MULTIPLE}")
         self.in_features, self.out_features, self.group = in_f, out_f, group
         w = linear.weight.detach().float().reshape(out_f, in_f // group, group)
         low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
@@ -95,7 +101,7 @@ def quantize_int4(model: Any) -> Any:
     for layer in layers:
         for parent in list(layer.modules()):
             for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear) and child.in_features % GROUP == 0:
+                if isinstance(child, nn.Linear) and fits(child):  # others stay bfloat16
                     setattr(parent, name, Int4Linear(child))
     model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16))
     return model

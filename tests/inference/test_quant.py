@@ -46,9 +46,10 @@ def test_int4_rounds_each_weight_to_within_half_a_step() -> None:
     assert err.mean() > 0.15  # arbitrary weights do not sit on a 4-bit grid
 
 
-def test_int4_refuses_a_width_that_is_not_whole_groups() -> None:
-    with pytest.raises(ValueError, match="multiple of the group size"):
-        Int4Linear(torch.nn.Linear(40, 8))
+@pytest.mark.parametrize("shape", [(40, 16), (64, 100)])
+def test_int4_refuses_a_shape_the_kernel_cannot_pack(shape: tuple[int, int]) -> None:
+    with pytest.raises(ValueError, match="does not fit the kernel"):
+        Int4Linear(torch.nn.Linear(*shape))
 
 
 @pytest.mark.parametrize("rows", [1, FEW_ROWS + 3])
@@ -151,3 +152,16 @@ def test_int4_refuses_a_model_it_does_not_know() -> None:
 
     with pytest.raises(ValueError, match="DTYPE=int4 knows decoder models"):
         quantize_int4(torch.nn.Sequential(torch.nn.Linear(64, 64)))
+
+
+def test_int4_quantizes_what_fits_and_leaves_the_rest_in_bfloat16() -> None:
+    from inference.quant import quantize_int4
+
+    layer = torch.nn.ModuleDict({"fits": torch.nn.Linear(64, 32), "odd": torch.nn.Linear(64, 100)})
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList([layer])
+    model.lm_head = torch.nn.Linear(64, 48, bias=False)
+    quantize_int4(model)
+    assert isinstance(layer["fits"], Int4Linear) and type(layer["odd"]) is torch.nn.Linear
+    assert isinstance(model.lm_head, Int8Linear)

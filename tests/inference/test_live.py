@@ -63,8 +63,11 @@ def test_disconnect_frees_the_slot(live_fake: Any) -> None:
         with httpx.Client(base_url=server.url, timeout=10) as c:
             with c.stream("POST", "/v1/chat/completions", json=long) as r:
                 assert r.status_code == 200
-                next(r.iter_lines())
-                _wait(lambda: _gauge(server.url, "inference_running_sequences") == 1)
+                # keep the iterator: a discarded one is finalized at once, and closing it
+                # closes the connection, i.e. disconnects before the check below
+                lines = r.iter_lines()
+                next(lines)
+                assert _gauge(server.url, "inference_running_sequences") == 1
             # the client went away: the sequence leaves at the next step
             _wait(lambda: _gauge(server.url, "inference_running_sequences") == 0)
             r = c.post("/v1/chat/completions", json=BODY | {"stream": False, "max_tokens": 2})

@@ -39,6 +39,10 @@ def trim_to_budget(messages: list[dict], budget: int) -> list[dict]:
     return system + kept
 
 
+def _or_default(value: float | None, default: float) -> float:
+    return default if value is None else value  # 0 is a real choice (greedy), not "unset"
+
+
 def build_request(reply: Message) -> ChatRequest:
     conversation = reply.conversation
     messages = []
@@ -53,6 +57,6 @@ def build_request(reply: Message) -> ChatRequest:
         messages=trim_to_budget(messages, budget),
         model=conversation.model or settings.INFERENCE_MODEL,
         max_tokens=max_tokens,
-        temperature=conversation.temperature,
-        top_p=conversation.top_p,
+        temperature=_or_default(conversation.temperature, settings.CHAT_DEFAULT_TEMPERATURE),
+        top_p=_or_default(conversation.top_p, settings.CHAT_DEFAULT_TOP_P),
     )

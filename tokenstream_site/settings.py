@@ -196,6 +196,11 @@ CHAT_MAX_MESSAGE_CHARS = env_int("CHAT_MAX_MESSAGE_CHARS", 32000)
 CHAT_MAX_SYSTEM_PROMPT_CHARS = env_int("CHAT_MAX_SYSTEM_PROMPT_CHARS", 8000)
 CHAT_MAX_TITLE_CHARS = 200
 CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
+# Sampling for conversations that set none. OpenAI-style servers default to temperature 1,
+# which turns a small model like the bundled 135M one into word salad; 0.5 / 0.9 keep it on
+# topic and still vary the answers.
+CHAT_DEFAULT_TEMPERATURE = env_float("CHAT_DEFAULT_TEMPERATURE", 0.5)
+CHAT_DEFAULT_TOP_P = env_float("CHAT_DEFAULT_TOP_P", 0.9)
 CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)
 # The relay writes streamed text at least this often (seconds).

@@ -41,3 +41,16 @@ def test_request_carries_history_up_to_the_question_and_conversation_settings(se
         {"role": "user", "content": "second"},
     ]
     assert (request.temperature, request.max_tokens) == (0.2, 50)
+
+
+@pytest.mark.django_db
+def test_unset_sampling_gets_the_site_defaults_and_zero_stays_greedy(settings):
+    settings.CHAT_DEFAULT_TEMPERATURE, settings.CHAT_DEFAULT_TOP_P = 0.5, 0.9
+    unset = make_conversation()
+    question = make_message(unset, content="hi")
+    request = build_request(make_message(unset, role="assistant", content="", reply_to=question, status="streaming"))
+    assert (request.temperature, request.top_p) == (0.5, 0.9)
+    greedy = make_conversation(temperature=0, top_p=1.0)
+    question = make_message(greedy, content="hi")
+    request = build_request(make_message(greedy, role="assistant", content="", reply_to=question, status="streaming"))
+    assert (request.temperature, request.top_p) == (0, 1.0)

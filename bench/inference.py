@@ -230,6 +230,8 @@ def main() -> None:
         if args.llama_python:
             from inference.model_store import bundled_gguf
 
+            # all cores, one request at a time: with its default interrupt_requests it cuts
+            # concurrent streams off mid-body
             http["llama-cpp-python server"] = stack.enter_context(server_process(
                 [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
                  "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
@@ -248,15 +250,18 @@ def main() -> None:
                                                       "llama-cpp-python server") if label in modes}
         print(f"\nsingle stream, {args.rounds} interleaved rounds:")
         for label, runs in _rounds(single, args.rounds, args.tokens).items():
-            median = sorted(runs, key=lambda r: r.tokens / r.wall)[len(runs) // 2]
-            show(f"{label[:21]} median", 1, median)
+            show(_median(label), 1, sorted(runs, key=lambda r: r.tokens / r.wall)[len(runs) // 2])
     print_targets(rows, levels)
     print("\nper DTYPE (in-process engine):")
     print(HEADER)
     for dtype in args.dtypes.split(","):
-        model = prepare_model(settings_for(dtype, 1), progress=lambda _: None) if dtype != args.dtype else loaded
+        model = loaded if dtype == loaded.dtype else prepare_model(settings_for(dtype, 1), progress=lambda _: None)
         for n in sorted({1, args.dtype_n}):
             print(asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens)).row(f"dtype {dtype}", n), flush=True)
+
+
+def _median(label: str) -> str:
+    return f"{label[:21]} median"  # fits the table's mode column
 
 
 def _http_mode(url: str) -> Any:
@@ -297,8 +302,8 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
           f" (>= 5x); TTFT p99 {ttft99(ours, n8) or float('nan'):.2f}s (<= 1.5 s)")
     llama = "llama-cpp-python server"
     print(f"  1 stream over HTTP vs in-process: "
-          f"{ratio(tps('batched HTTP median', 1), tps('batched in-process median', 1))} (>= 0.95x; medians)")
-    print(f"  1 stream vs llama-cpp-python: {ratio(tps('batched HTTP median', 1), tps(llama[:21] + ' median', 1))}"
+          f"{ratio(tps(_median(ours), 1), tps(_median('batched in-process'), 1))} (>= 0.95x; medians)")
+    print(f"  1 stream vs llama-cpp-python: {ratio(tps(_median(ours), 1), tps(_median(llama), 1))}"
           " (>= 0.5x; medians)")
     print(f"  {n8} concurrent vs llama-cpp-python: aggregate {ratio(tps(ours, n8), tps(llama, n8))} (>= 1x), "
           f"TTFT p99 {ratio(ttft99(ours, n8), ttft99(llama, n8))} (<= 0.2x)")
@@ -311,10 +316,7 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
 @contextlib.contextmanager
 def server_process(cmd: list[str], ready_path: str, port_flag: str) -> Iterator[str | None]:
     """Runs `cmd` on a free port until the block ends; yields its URL once `ready_path`
-    answers 200, or None when it did not start (that baseline is then skipped).
-
-    llama-cpp-python's server runs with all cores, one request at a time: with its default
-    interrupt_requests it cuts concurrent streams off mid-body."""
+    answers 200, or None when it did not start (that baseline is then skipped)."""
     import socket
     import subprocess
 

@@ -64,9 +64,10 @@ class Int4Linear(nn.Module):
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if flat.shape[0] > FEW_ROWS:
-            return F.linear(x.to(torch.bfloat16), self.dense, self.bias)
+        x = x.to(torch.bfloat16)
+        if not _few_rows(x):
+            return F.linear(x, self.dense, self.bias)
+        flat = x.reshape(-1, self.in_features)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, self.scales_zeros)
         if self.bias is not None:
             y = y + self.bias
@@ -86,10 +87,15 @@ class Int8Linear(nn.Module):
         self.weight = weight  # shared with the embedding: costs no memory
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if flat.shape[0] > FEW_ROWS:
-            return F.linear(x.to(torch.bfloat16), self.weight)
+        x = x.to(torch.bfloat16)
+        if not _few_rows(x):
+            return F.linear(x, self.weight)
+        flat = x.reshape(-1, self.in_features)
         return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(*x.shape[:-1], self.out_features)
+
+
+def _few_rows(x: torch.Tensor) -> bool:
+    return x.numel() <= FEW_ROWS * x.shape[-1]
 
 
 def quantize_int4(model: Any) -> Any:

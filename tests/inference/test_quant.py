@@ -96,26 +96,27 @@ def test_bundled_gguf_types_are_read_once_and_kept(loaded_model: Any) -> None:
 
 
 @pytest.mark.model
-def test_bundled_model_runs_int4_holding_the_ggufs_own_4bit_codes(loaded_model: Any) -> None:
+def test_bundled_model_runs_int4_holding_the_ggufs_own_4bit_codes(loaded_model: Any, float_model: Any) -> None:
     """The default model is served in int4, and its int4 weights are the Q4_1 file's values:
     off by a small fraction of a step (scale and offset rounded to bf16), where re-quantizing
     arbitrary weights is off by ~a quarter of a step on average."""
     assert loaded_model.dtype == "int4"
     layers = [m for m in loaded_model.model.modules() if isinstance(m, Int4Linear)]
     assert len(layers) == 30 * 7
-    folder_model = _float_model(loaded_model.folder)
     for name, module in loaded_model.model.named_modules():
         if isinstance(module, Int4Linear) and name.endswith(("q_proj", "down_proj")):
-            original = folder_model.get_submodule(name).weight.float()
+            original = float_model.get_submodule(name).weight.float()
             err = (_int4_weights(module) - original).abs() / _steps(module)
             assert err.mean() < 0.05, name
     assert isinstance(loaded_model.model.lm_head, Int8Linear)
 
 
-def _float_model(folder: str) -> Any:
+@pytest.fixture(scope="module")
+def float_model(loaded_model: Any) -> Any:
+    """The bundled model in float32: the GGUF's values, unrounded."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(loaded_model.folder, dtype=torch.float32)
 
 
 PASSAGE = (
@@ -129,7 +130,8 @@ PASSAGE = (
 
 
 @pytest.mark.model
-def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, float_model: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Teacher-forced over a passage, every row through the 4-bit kernel: next-token
     distributions stay within a small KL of the float32 model's (measured ~0.003 nats)."""
     import inference.quant as quant
@@ -140,7 +142,7 @@ def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, monkeypa
     ids = tok.apply_chat_template(chat, return_tensors="pt", return_dict=True)["input_ids"]
     monkeypatch.setattr(quant, "FEW_ROWS", 10**9)
     with torch.inference_mode():
-        ref = torch.log_softmax(_float_model(loaded_model.folder)(input_ids=ids).logits[0].float(), -1)
+        ref = torch.log_softmax(float_model(input_ids=ids).logits[0].float(), -1)
         got = torch.log_softmax(loaded_model.model(input_ids=ids).logits[0].float(), -1)
     kl = (ref.exp() * (ref - got)).sum(-1).mean().item()
     agree = (ref.argmax(-1) == got.argmax(-1)).float().mean().item()

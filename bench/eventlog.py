@@ -2,19 +2,15 @@
 in-memory log (what the relay does per event) vs django-eventstream's DjangoModelStorage on
 SQLite on disk (a transaction per event), and vs our Redis log when REDIS_URL is set.
 
-    .venv/bin/python bench/eventlog.py
+    .venv/bin/python -m bench.eventlog
 """
 
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 os.environ["TOKENSTREAM_VAR_DIR"] = tempfile.mkdtemp()
 os.environ.pop("REDIS_URL", None)

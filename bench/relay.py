@@ -6,24 +6,20 @@ the site (sign in, POST a message, read the conversation's SSE stream) and N str
 directly from the inference server, side by side in one run. Latency = arrival at the client
 - production at the inference server (same machine, same monotonic clock).
 
-    .venv/bin/python bench/relay.py --streams 1,20,200 --tokens 40 --rate 20
+    .venv/bin/python -m bench.relay --streams 1,20,200 --tokens 40 --rate 20
 """
 
 import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.live import InferenceServer, SiteServer  # noqa: E402
+from tests.support.processes import ROOT, InferenceServer, SiteServer
 
 USERS = 10
 

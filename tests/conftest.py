@@ -1,11 +1,8 @@
-import itertools
-import uuid
-
 import pytest
 
-from tests.live import InferenceServer, SiteClient, SiteServer
-
-_names = itertools.count()
+from tests.support.factories import unique_name
+from tests.support.processes import InferenceServer, SiteServer
+from tests.support.site_client import SiteClient
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +33,6 @@ def live_site(live_dir, fake_inference):
     yield site
     site.stop()
     print(site.process.log_tail())
-
-
-def unique_name(prefix: str = "user") -> str:
-    return f"{prefix}{next(_names)}{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture

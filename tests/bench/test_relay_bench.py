@@ -1,16 +1,11 @@
 """The load script in its short form: many signed-in users streaming at once through one
 site process lose, repeat and reorder nothing, and idle streams cost no threads."""
 
-import sys
-
 import pytest
 
-from tests.live import ROOT
+from bench import relay
 
 pytestmark = pytest.mark.live
-
-sys.path.insert(0, str(ROOT / "bench"))
-import relay  # noqa: E402
 
 
 def test_short_load_run_loses_nothing_and_holds_idle_streams_without_threads():

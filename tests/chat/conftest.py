@@ -4,14 +4,14 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from chat.inference import _client
-from tests import factories
-from tests.live import InferenceServer, free_port
+from tests.support import factories
+from tests.support.processes import InferenceServer, free_port
 
 
 @pytest.fixture
 def make_user(db):
     def make(username: str | None = None, *, staff: bool = False, perms: tuple[str, ...] = ()):
-        user = factories.make_user(username, is_staff=staff)
+        user = factories.create_user(username, is_staff=staff)
         for codename in perms:
             user.user_permissions.add(Permission.objects.get(codename=codename))
         return user
@@ -27,13 +27,13 @@ def reviewer(make_user):
 
 @pytest.fixture
 def make_conversation(db):
-    return factories.make_conversation
+    return factories.create_conversation
 
 
 @pytest.fixture
 def make_message(db):
     def make(conversation, content: str = "hello", *, role: str = "user", **fields):
-        return factories.make_message(conversation, role=role, content=content, **fields)
+        return factories.create_message(conversation, role=role, content=content, **fields)
 
     return make
 

@@ -7,14 +7,14 @@ import pytest
 from django.test import Client
 
 from chat.models import Conversation, Message
-from tests.factories import make_conversation, make_message, make_user
+from tests.support.factories import create_conversation, create_message, create_user
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def user():
-    return make_user()
+    return create_user()
 
 
 @pytest.fixture
@@ -40,24 +40,24 @@ def test_create_conversation_returns_201_with_its_fields(api):
 
 
 def test_list_shows_only_own_conversations_newest_first(api, user):
-    older = make_conversation(owner=user, title="older")
-    newer = make_conversation(owner=user, title="newer")
-    make_conversation(title="someone else's")
+    older = create_conversation(owner=user, title="older")
+    newer = create_conversation(owner=user, title="newer")
+    create_conversation(title="someone else's")
     titles = [c["title"] for c in api.get("/api/conversations/").json()["conversations"]]
     assert titles == [newer.title, older.title]
 
 
 def test_search_finds_conversations_by_title_and_message_text(api, user):
-    by_text = make_conversation(owner=user, title="misc")
-    make_message(by_text, content="the zebra crossing")
-    make_conversation(owner=user, title="Zebra facts")
-    make_conversation(owner=user, title="unrelated")
+    by_text = create_conversation(owner=user, title="misc")
+    create_message(by_text, content="the zebra crossing")
+    create_conversation(owner=user, title="Zebra facts")
+    create_conversation(owner=user, title="unrelated")
     found = api.get("/api/conversations/?q=zebra").json()["conversations"]
     assert {c["title"] for c in found} == {"misc", "Zebra facts"}
 
 
 def test_send_stores_question_and_streaming_reply_and_titles_the_conversation(api, user):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     response = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "Hi there, model"})
     assert response.status_code == 202
     data = response.json()
@@ -69,17 +69,17 @@ def test_send_stores_question_and_streaming_reply_and_titles_the_conversation(ap
 
 
 def test_send_while_a_reply_streams_is_409(api, user):
-    conversation = make_conversation(owner=user)
-    make_message(conversation, role="assistant", content="", status="streaming")
+    conversation = create_conversation(owner=user)
+    create_message(conversation, role="assistant", content="", status="streaming")
     response = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "again"})
     assert response.status_code == 409
     assert "still being written" in response.json()["error"]["message"]
 
 
 def test_detail_returns_messages_with_status_and_timings(api, user):
-    conversation = make_conversation(owner=user)
-    question = make_message(conversation, content="q")
-    make_message(conversation, role="assistant", content="a", reply_to=question,
+    conversation = create_conversation(owner=user)
+    question = create_message(conversation, content="q")
+    create_message(conversation, role="assistant", content="a", reply_to=question,
                  status="complete", finish_reason="stop", ttft_ms=12, duration_ms=500,
                  completion_tokens=20)
     data = api.get(f"/api/conversations/{conversation.id}/").json()
@@ -90,7 +90,7 @@ def test_detail_returns_messages_with_status_and_timings(api, user):
 
 
 def test_patch_renames_and_changes_settings(api, user):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     response = post(api, f"/api/conversations/{conversation.id}/",
                     {"title": "New", "temperature": 0.3, "max_tokens": 100}, method="patch")
     assert response.status_code == 200
@@ -99,16 +99,16 @@ def test_patch_renames_and_changes_settings(api, user):
 
 
 def test_delete_removes_conversation_and_messages(api, user):
-    conversation = make_conversation(owner=user)
-    make_message(conversation)
+    conversation = create_conversation(owner=user)
+    create_message(conversation)
     assert api.delete(f"/api/conversations/{conversation.id}/").status_code == 204
     assert not Conversation.objects.exists() and not Message.objects.exists()
 
 
 def test_regenerate_hides_old_reply_and_starts_a_new_one(api, user):
-    conversation = make_conversation(owner=user)
-    question = make_message(conversation, content="q")
-    old = make_message(conversation, role="assistant", content="old", reply_to=question, status="failed")
+    conversation = create_conversation(owner=user)
+    question = create_message(conversation, content="q")
+    old = create_message(conversation, role="assistant", content="old", reply_to=question, status="failed")
     response = post(api, f"/api/messages/{old.id}/regenerate/", {})
     assert response.status_code == 202
     new = response.json()["assistant_message"]
@@ -119,9 +119,9 @@ def test_regenerate_hides_old_reply_and_starts_a_new_one(api, user):
 
 
 def test_edit_replaces_the_last_question_and_its_reply(api, user):
-    conversation = make_conversation(owner=user)
-    question = make_message(conversation, content="wrong question")
-    make_message(conversation, role="assistant", content="a", reply_to=question, status="complete")
+    conversation = create_conversation(owner=user)
+    question = create_message(conversation, content="wrong question")
+    create_message(conversation, role="assistant", content="a", reply_to=question, status="complete")
     response = post(api, f"/api/messages/{question.id}/edit/", {"content": "right question"})
     assert response.status_code == 202
     visible = api.get(f"/api/conversations/{conversation.id}/").json()["messages"]
@@ -129,15 +129,15 @@ def test_edit_replaces_the_last_question_and_its_reply(api, user):
 
 
 def test_edit_of_an_earlier_question_is_refused(api, user):
-    conversation = make_conversation(owner=user)
-    first = make_message(conversation, content="first")
-    make_message(conversation, content="second")
+    conversation = create_conversation(owner=user)
+    first = create_message(conversation, content="first")
+    create_message(conversation, content="second")
     response = post(api, f"/api/messages/{first.id}/edit/", {"content": "x"})
     assert response.status_code == 400
 
 
 def test_stop_of_a_finished_reply_is_accepted_and_changes_nothing(api, user):
-    reply = make_message(make_conversation(owner=user), role="assistant", status="complete")
+    reply = create_message(create_conversation(owner=user), role="assistant", status="complete")
     assert post(api, f"/api/messages/{reply.id}/stop/", {}).status_code == 202
     reply.refresh_from_db()
     assert reply.status == "complete"
@@ -157,8 +157,8 @@ def test_stop_of_a_finished_reply_is_accepted_and_changes_nothing(api, user):
     ],
 )
 def test_other_users_and_random_ids_are_404(api, method, path):
-    foreign = make_conversation(title="secret")
-    foreign_message = make_message(foreign, content="secret words")
+    foreign = create_conversation(title="secret")
+    foreign_message = create_message(foreign, content="secret words")
     for c, m in [(foreign.id, foreign_message.id), (uuid.uuid4(), uuid.uuid4())]:
         response = post(api, path.format(c=c, m=m), {"content": "x"}, method=method)
         assert response.status_code == 404
@@ -205,7 +205,7 @@ BAD_MESSAGE_BODIES = [
 
 @pytest.mark.parametrize("body,why", BAD_MESSAGE_BODIES)
 def test_bad_message_bodies_are_400_with_a_reason_and_store_nothing(api, user, body, why):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     response = post(api, f"/api/conversations/{conversation.id}/messages/", raw=body)
     assert response.status_code == 400, response.content[:200]
     assert why in response.json()["error"]["message"]
@@ -213,7 +213,7 @@ def test_bad_message_bodies_are_400_with_a_reason_and_store_nothing(api, user, b
 
 
 def test_too_long_message_is_400_with_the_limit(api, user, settings):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     text = "x" * (settings.CHAT_MAX_MESSAGE_CHARS + 1)
     response = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": text})
     assert response.status_code == 400
@@ -223,7 +223,7 @@ def test_too_long_message_is_400_with_the_limit(api, user, settings):
 
 @pytest.mark.parametrize("size", [1024 * 1024 + 10, 10 * 1024 * 1024])
 def test_huge_bodies_are_refused_and_store_nothing(api, user, size):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     body = json.dumps({"content": "x" * size})
     response = post(api, f"/api/conversations/{conversation.id}/messages/", raw=body)
     assert response.status_code in (400, 413)
@@ -254,7 +254,7 @@ def test_bad_conversation_fields_are_400_and_store_nothing(api, payload):
 
 
 def test_unicode_oddities_are_kept_exactly(api, user):
-    conversation = make_conversation(owner=user)
+    conversation = create_conversation(owner=user)
     text = "שלום \u200f\u200bzero\u200dwidth 👩‍👩‍👧 e\u0301"
     response = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": text})
     assert response.status_code == 202
@@ -263,7 +263,7 @@ def test_unicode_oddities_are_kept_exactly(api, user):
 
 def test_rate_limit_on_messages_per_minute_is_429(api, user, settings):
     settings.CHAT_MESSAGES_PER_MINUTE = 2
-    conversations = [make_conversation(owner=user) for _ in range(3)]
+    conversations = [create_conversation(owner=user) for _ in range(3)]
     codes = []
     for conversation in conversations:
         Message.objects.filter(status="streaming").update(status="complete")
@@ -273,17 +273,17 @@ def test_rate_limit_on_messages_per_minute_is_429(api, user, settings):
 
 def test_too_many_streaming_replies_is_429(api, user, settings):
     settings.CHAT_MAX_STREAMING_PER_USER = 1
-    busy = make_conversation(owner=user)
-    make_message(busy, role="assistant", status="streaming")
-    other = make_conversation(owner=user)
+    busy = create_conversation(owner=user)
+    create_message(busy, role="assistant", status="streaming")
+    other = create_conversation(owner=user)
     response = post(api, f"/api/conversations/{other.id}/messages/", {"content": "hi"})
     assert response.status_code == 429
     assert "too many replies" in response.json()["error"]["message"]
 
 
 def test_refused_requests_log_nothing_of_another_users_text(api, caplog):
-    foreign = make_conversation(title="secret title")
-    foreign_message = make_message(foreign, content="secret words")
+    foreign = create_conversation(title="secret title")
+    foreign_message = create_message(foreign, content="secret words")
     caplog.set_level("DEBUG")
     post(api, f"/api/conversations/{foreign.id}/", method="get")
     post(api, f"/api/conversations/{foreign.id}/messages/", {"content": "probe"})

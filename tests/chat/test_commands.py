@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_eventstream.models import Event
 
 from chat.models import Conversation, Message
-from tests.live import PYTHON, ROOT, base_env, free_port
+from tests.support.processes import PYTHON, ROOT, base_env, free_port
 
 
 def run_command(name: str, *args) -> tuple[str, str]:

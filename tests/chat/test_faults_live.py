@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from tests.live import InferenceServer, SiteClient, SiteServer, collect_reply
+from tests.support.processes import InferenceServer, SiteServer
+
+from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = pytest.mark.live
 
@@ -94,7 +96,7 @@ def test_database_locked_mid_reply_loses_no_text(live_dir, slow_inference):
 
 
 def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(live_site, make_site_user):
-    from tests.tcp_proxy import CuttableProxy
+    from tests.support.tcp_proxy import CuttableProxy
 
     proxy = CuttableProxy(live_site.port)
     try:
@@ -146,7 +148,7 @@ def metrics_value(site_url: str, name: str) -> float:
     ],
 )
 def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(live_dir, behaviour, expected):
-    from tests.scripted_server import ScriptedServer
+    from tests.support.scripted_server import ScriptedServer
 
     with ScriptedServer([behaviour] * 20) as upstream:
         site = SiteServer(live_dir, live_dir / f"scripted-{behaviour}", INFERENCE_URLS=upstream.url,

@@ -9,8 +9,8 @@ import pytest
 from chat.inference import ChatRequest, Delta, Finish, InferenceError
 from chat.inference.fake import FakeInferenceClient
 from chat.inference.http import HttpInferenceClient
-from tests.live import free_port
-from tests.scripted_server import ScriptedServer
+from tests.support.processes import free_port
+from tests.support.scripted_server import ScriptedServer
 
 QUESTION = [{"role": "user", "content": "one two three four five"}]
 

@@ -3,7 +3,7 @@
 import pytest
 
 from chat.prompt import build_request, estimate_tokens, trim_to_budget
-from tests.factories import make_conversation, make_message
+from tests.support.factories import create_conversation, create_message
 
 
 def turn(role, chars):
@@ -27,12 +27,12 @@ def test_trim_always_keeps_the_question_even_when_it_alone_is_too_long():
 @pytest.mark.django_db
 def test_request_carries_history_up_to_the_question_and_conversation_settings(settings):
     settings.INFERENCE_CONTEXT_TOKENS = 4096
-    conversation = make_conversation(system_prompt="Be terse.", temperature=0.2, max_tokens=50)
-    q1 = make_message(conversation, content="first")
-    make_message(conversation, role="assistant", content="answer", reply_to=q1, status="complete")
-    make_message(conversation, role="assistant", content="hidden", reply_to=q1, superseded=True)
-    q2 = make_message(conversation, content="second")
-    reply = make_message(conversation, role="assistant", content="", reply_to=q2, status="streaming")
+    conversation = create_conversation(system_prompt="Be terse.", temperature=0.2, max_tokens=50)
+    q1 = create_message(conversation, content="first")
+    create_message(conversation, role="assistant", content="answer", reply_to=q1, status="complete")
+    create_message(conversation, role="assistant", content="hidden", reply_to=q1, superseded=True)
+    q2 = create_message(conversation, content="second")
+    reply = create_message(conversation, role="assistant", content="", reply_to=q2, status="streaming")
     request = build_request(reply)
     assert request.messages == [
         {"role": "system", "content": "Be terse."},
@@ -46,11 +46,11 @@ def test_request_carries_history_up_to_the_question_and_conversation_settings(se
 @pytest.mark.django_db
 def test_unset_sampling_gets_the_site_defaults_and_zero_stays_greedy(settings):
     settings.CHAT_DEFAULT_TEMPERATURE, settings.CHAT_DEFAULT_TOP_P = 0.5, 0.9
-    unset = make_conversation()
-    question = make_message(unset, content="hi")
-    request = build_request(make_message(unset, role="assistant", content="", reply_to=question, status="streaming"))
+    unset = create_conversation()
+    question = create_message(unset, content="hi")
+    request = build_request(create_message(unset, role="assistant", content="", reply_to=question, status="streaming"))
     assert (request.temperature, request.top_p) == (0.5, 0.9)
-    greedy = make_conversation(temperature=0, top_p=1.0)
-    question = make_message(greedy, content="hi")
-    request = build_request(make_message(greedy, role="assistant", content="", reply_to=question, status="streaming"))
+    greedy = create_conversation(temperature=0, top_p=1.0)
+    question = create_message(greedy, content="hi")
+    request = build_request(create_message(greedy, role="assistant", content="", reply_to=question, status="streaming"))
     assert (request.temperature, request.top_p) == (0, 1.0)

@@ -2,7 +2,9 @@
 
 import pytest
 
-from tests.live import InferenceServer, SiteClient, SiteServer, collect_reply
+from tests.support.processes import InferenceServer, SiteServer
+
+from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.model]
 

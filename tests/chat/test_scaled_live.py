@@ -6,7 +6,9 @@ import uuid
 
 import pytest
 
-from tests.live import InferenceServer, SiteClient, SiteServer, collect_reply
+from tests.support.processes import InferenceServer, SiteServer
+
+from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.scaled]
 

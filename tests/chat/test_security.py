@@ -11,8 +11,8 @@ from django.test import Client
 from hypothesis import given, settings as hsettings, strategies as st
 
 from chat.validation import InvalidInput, clean_number, message_content, parse_json_object
-from tests.factories import make_user
-from tests.live import ROOT
+from tests.support.factories import create_user
+from tests.support.processes import ROOT
 
 PASSWORD = "pw-Long-enough-1"
 
@@ -27,7 +27,7 @@ def clear_cache():
 @pytest.mark.django_db
 def test_sign_in_is_throttled_after_repeated_wrong_passwords(settings):
     settings.LOGIN_MAX_FAILURES = 3
-    make_user("alice")
+    create_user("alice")
     client = Client()
     for _ in range(3):
         response = client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
@@ -41,8 +41,8 @@ def test_sign_in_is_throttled_after_repeated_wrong_passwords(settings):
 @pytest.mark.django_db
 def test_other_users_can_still_sign_in_while_one_is_throttled(settings):
     settings.LOGIN_MAX_FAILURES = 2
-    make_user("alice")
-    make_user("bob")
+    create_user("alice")
+    create_user("bob")
     client = Client()
     for _ in range(3):
         client.post("/accounts/login/", {"username": "alice", "password": "wrong"})

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT, SiteClient
+from tests.support.processes import ROOT
+
+from tests.support.site_client import SiteClient
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from tests.conftest import unique_name
-from tests.live import InferenceServer, SiteClient, SiteServer, free_port
+from tests.support.factories import unique_name
+from tests.support.processes import InferenceServer, SiteServer, free_port
+from tests.support.site_client import SiteClient
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

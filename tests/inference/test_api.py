@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from inference.app import create_app
 from inference.engine import FakeBackend, FakeEngine
 from inference.settings import Settings
-from tests.inference.conftest import fake_settings, sse_events
+from tests.support.inference_app import fake_settings
+from tests.support.sse import sse_data
 
 TEXT = "The quick brown fox jumps over the lazy dog"
 WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog"]
@@ -46,7 +47,7 @@ def _stream(c: TestClient, **kw: Any) -> list[str]:
     with c.stream("POST", "/v1/chat/completions", json=_body(stream=True, **kw)) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
-        return list(sse_events(r.iter_lines()))
+        return list(sse_data(r.iter_lines()))
 
 
 def _error(r: Any, status: int, code: str | None = None) -> dict[str, Any]:

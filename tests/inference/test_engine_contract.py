@@ -11,7 +11,7 @@ import pytest
 
 from inference.engine import ContextLengthExceeded, Engine, FakeEngine, Message
 from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, SamplingParams, TokenEvent
-from tests.inference.conftest import fake_settings, model_settings
+from tests.support.inference_app import fake_settings, model_settings
 
 pytestmark = pytest.mark.anyio
 PROMPT = "one two three four five six seven eight nine ten eleven twelve"

@@ -19,7 +19,8 @@ import pytest
 
 from inference.__main__ import build_parser, load_settings
 from inference.settings import Settings
-from tests.inference.conftest import free_port, sse_events
+from tests.support.processes import free_port
+from tests.support.sse import sse_data
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
@@ -94,7 +95,7 @@ def test_concurrent_streams_interleave(live_fake: Any) -> None:
             next(lines)
             second = c.post("/v1/chat/completions", json=BODY | {"stream": False, "max_tokens": 2})
             assert second.status_code == 200
-            rest = list(sse_events(lines))
+            rest = list(sse_data(lines))
             assert rest[-1] == "[DONE]" and len(rest) > 3  # the first was still streaming
 
 
@@ -122,7 +123,7 @@ def test_python_m_inference_streams_and_stops_on_sigterm(tmp_path: Path) -> None
         url = f"http://127.0.0.1:{port}"
         _wait(lambda: _ok(f"{url}/ready"), timeout=30)
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=10) as r:
-            data = list(sse_events(r.iter_lines()))
+            data = list(sse_data(r.iter_lines()))
         assert data[-1] == "[DONE]"
         assert "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-1]) == TEXT
         proc.send_signal(signal.SIGTERM)

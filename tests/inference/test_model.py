@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.inference.conftest import LiveServer, sse_events
+from tests.support.inference_app import LiveServer
+
+from tests.support.sse import sse_data
 
 pytestmark = pytest.mark.model
 MODEL = "SmolLM2-135M-Instruct"
@@ -24,7 +26,7 @@ def _stream_text(server: LiveServer, body: dict[str, Any]) -> tuple[str, list[di
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body | {"stream": True},
                       timeout=60) as r:
         assert r.status_code == 200
-        data = list(sse_events(r.iter_lines()))
+        data = list(sse_data(r.iter_lines()))
     assert data[-1] == "[DONE]"
     chunks = [json.loads(d) for d in data[:-1]]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
@@ -74,11 +76,11 @@ def test_second_stream_starts_before_first_ends(live_model: LiveServer) -> None:
     short = _chat("Say hi.", temperature=0, max_tokens=3)
     with httpx.Client(base_url=live_model.url, timeout=60) as c:
         with c.stream("POST", "/v1/chat/completions", json=long) as first:
-            lines = sse_events(first.iter_lines())
+            lines = sse_data(first.iter_lines())
             next(lines)
             started = time.monotonic()
             with c.stream("POST", "/v1/chat/completions", json=short | {"stream": True}) as second:
-                events = sse_events(second.iter_lines())
+                events = sse_data(second.iter_lines())
                 first_of_second = json.loads(next(events))
                 assert list(events)[-1] == "[DONE]"
             rest = [d for d in lines]
@@ -91,7 +93,7 @@ def test_disconnect_frees_the_sequence(live_model: LiveServer) -> None:
     body = _chat("Write a very long essay about the sea.", max_tokens=500, stream=True, ignore_eos=True)
     with httpx.Client(base_url=live_model.url, timeout=60) as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
-            lines = sse_events(r.iter_lines())
+            lines = sse_data(r.iter_lines())
             next(lines)
             next(lines)
             assert _running(live_model) >= 1

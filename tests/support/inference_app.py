@@ -1,0 +1,67 @@
+"""The inference app served for tests and benchmarks in this process: settings that ignore
+the caller's environment, and a real uvicorn server in a thread (real sockets, real
+disconnects). No Django here."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+from inference.settings import Settings
+from tests.support.processes import free_port
+
+
+def fake_settings(**overrides: Any) -> Settings:
+    """Fake engine settings that ignore the caller's environment."""
+    base: dict[str, Any] = {
+        "engine": "fake", "fake_tokens_per_second": 0, "max_batch": 8, "max_queue": 64,
+        "inference_api_key": "", "model": "", "model_name": "", "context_length": 0,
+    }
+    return Settings(**(base | overrides))
+
+
+def model_settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {"engine": "transformers", "device": "cpu", "max_batch": 4,
+                            "max_queue": 8, "inference_api_key": "", "model": "",
+                            "model_name": "", "context_length": 0}
+    return Settings(**(base | overrides))
+
+
+class LiveServer:
+    """A real uvicorn server for `app` in a thread (real sockets, real disconnects)."""
+
+    def __init__(self, app: Any, ready: bool = False) -> None:
+        """ready: entering also waits for /ready (the engine loads in the background)."""
+        self.ready = ready
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        if self.ready:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{self.url}/ready").status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server never became ready")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)

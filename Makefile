@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv bench-inference bench-relay bench-load clean
+.PHONY: run test venv bench-inference bench-relay clean
 
 $(STAMP): requirements.txt scripts/install.sh
 	@PYTHON=$(PYTHON) bash scripts/install.sh
@@ -19,10 +19,10 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench-inference: $(STAMP)
-	$(PY) bench/inference.py $(ARGS)
+	$(PY) -m bench.inference $(ARGS)
 
 bench-relay: $(STAMP)
-	$(PY) bench/relay.py $(ARGS)
+	$(PY) -m bench.relay $(ARGS)
 
 clean:
 	rm -rf $(VENV) var artifacts

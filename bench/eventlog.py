@@ -20,35 +20,36 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
+# The storage we replaced, measured beside ours (the project itself never uses it).
 from django_eventstream.storage import DjangoModelStorage  # noqa: E402
-from django_eventstream.views import Listener, get_listener_manager  # noqa: E402
 
-from chat.events import _publish_on_loop  # noqa: E402
+from chat.streaming.eventstream import Subscription  # noqa: E402
+from chat.streaming.channels import channel_for  # noqa: E402
+from chat.streaming.publish import publish_on_loop  # noqa: E402
+
+CONVERSATION = "0" * 32
 
 DATA = {"message_id": "0" * 36, "seq": 0, "text": " word"}
 
 
 async def memory_rate(count: int) -> float:
-    listener = Listener()
-    listener.channels = {"conversation-bench"}
-    listener.assign_loop()
-    manager = get_listener_manager()
-    manager.add_listener(listener)
+    subscription = Subscription(channel_for(CONVERSATION), user_id=None)
+    subscription.open()
     try:
         start = time.perf_counter()
         for _ in range(count):
-            _publish_on_loop("conversation-bench", "token", DATA)
-            listener.channel_items.clear()  # the listener consumes as it goes
+            publish_on_loop(CONVERSATION, "token", DATA)
+            subscription.take()  # the stream consumes as it goes
         return count / (time.perf_counter() - start)
     finally:
-        manager.remove_listener(listener)
+        subscription.close()
 
 
 def storage_rate(storage, count: int) -> float:
     payload = json.dumps(DATA)
     start = time.perf_counter()
     for _ in range(count):
-        storage.append_event("conversation-bench", "token", payload)
+        storage.append_event(channel_for(CONVERSATION), "token", payload)
     return count / (time.perf_counter() - start)
 
 
@@ -64,7 +65,7 @@ def main() -> None:
         from django.conf import settings
 
         settings.REDIS_URL = redis_url
-        from chat.eventlog_redis import RedisEventStorage
+        from chat.streaming.redis_log import RedisEventStorage
 
         rate = storage_rate(RedisEventStorage(), 3000)
         print(f"Redis log (append, one round trip):   {rate:10.0f} events/s ({1e3 / rate:.2f} ms/event)")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.processes import ROOT, InferenceServer, SiteServer
+from tests.support.processes import InferenceServer, SiteServer
 
 USERS = 10
 

@@ -5,6 +5,8 @@ import functools
 import logging
 import uuid
 
+from asgiref.sync import async_to_sync
+
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_http_methods
@@ -12,14 +14,22 @@ from django.views.decorators.http import require_http_methods
 from chat import selectors, services
 from chat.models import Conversation, Message
 from chat.presenters import conversation_json, message_json
-from chat.relay import relay_manager
+from chat.inference_client import get_client
 from chat.validation import InvalidInput, conversation_fields, message_content, parse_json_object
 
 logger = logging.getLogger(__name__)
 
 
+# The one place a service's refusal becomes an HTTP status.
+SERVICE_ERROR_STATUS = {services.Conflict: 409, services.RateLimited: 429}
+
+
 def error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": {"message": message, "status": status}}, status=status)
+
+
+def service_error_status(exc: services.ServiceError) -> int:
+    return next((code for kind, code in SERVICE_ERROR_STATUS.items() if isinstance(exc, kind)), 400)
 
 
 def api_view(*methods: str):
@@ -35,7 +45,7 @@ def api_view(*methods: str):
             except RequestDataTooBig:
                 return error(413, "The request is too large.")
             except services.ServiceError as exc:
-                return error(exc.status, exc.message)
+                return error(service_error_status(exc), exc.message)
             except (Conversation.DoesNotExist, Message.DoesNotExist):
                 return error(404, "Not found.")
 
@@ -49,7 +59,6 @@ def body_of(request) -> dict:
 
 
 def accepted(sent: services.SentMessage) -> JsonResponse:
-    relay_manager.launch(sent.assistant_message.id)
     return JsonResponse(
         {
             "user_message": message_json(sent.user_message),
@@ -103,9 +112,7 @@ def message_detail(request, message_id: uuid.UUID):
 @api_view("POST")
 def message_stop(request, message_id: uuid.UUID):
     message = selectors.message_get(user=request.user, message_id=message_id)
-    if message.status == Message.Status.STREAMING:
-        services.reply_request_stop(reply=message)
-        relay_manager.request_stop(message.id)
+    services.reply_stop(reply=message)
     return JsonResponse({"message": message_json(message)}, status=202)
 
 
@@ -113,7 +120,6 @@ def message_stop(request, message_id: uuid.UUID):
 def message_regenerate(request, message_id: uuid.UUID):
     message = selectors.message_get(user=request.user, message_id=message_id)
     reply = services.reply_regenerate(reply=message)
-    relay_manager.launch(reply.id)
     return JsonResponse({"assistant_message": message_json(reply)}, status=202)
 
 
@@ -126,8 +132,4 @@ def message_edit(request, message_id: uuid.UUID):
 
 @api_view("GET")
 def models(request):
-    from asgiref.sync import async_to_sync
-
-    from chat.inference import get_client
-
     return JsonResponse({"models": async_to_sync(get_client().list_models)()})

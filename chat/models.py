@@ -3,6 +3,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from chat.rates import decode_rate
+
 
 class Conversation(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -24,10 +26,6 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.id}"
-
-    @property
-    def channel(self) -> str:
-        return f"conversation-{self.id}"
 
 
 class Message(models.Model):
@@ -83,9 +81,7 @@ class Message(models.Model):
 
     @property
     def tokens_per_second(self) -> float | None:
-        if not self.completion_tokens or not self.duration_ms or self.ttft_ms is None:
+        if self.duration_ms is None or self.ttft_ms is None:
             return None
-        decode_ms = self.duration_ms - self.ttft_ms
-        if decode_ms <= 0 or self.completion_tokens < 2:
-            return None
-        return round((self.completion_tokens - 1) * 1000 / decode_ms, 1)
+        rate = decode_rate(self.completion_tokens, self.ttft_ms / 1000, self.duration_ms / 1000)
+        return None if rate is None else round(rate, 1)

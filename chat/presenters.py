@@ -1,6 +1,7 @@
 """The JSON shapes of the site API."""
 
 from chat.models import Conversation, Message
+from chat.streaming.channels import events_url
 
 
 def message_json(message: Message) -> dict:
@@ -35,7 +36,7 @@ def conversation_json(conversation: Conversation, messages=None) -> dict:
         "max_tokens": conversation.max_tokens,
         "created_at": conversation.created_at.isoformat(),
         "updated_at": conversation.updated_at.isoformat(),
-        "events_url": f"/events/conversations/{conversation.id}/",
+        "events_url": events_url(conversation.id),
     }
     if messages is not None:
         data["messages"] = [message_json(message) for message in messages]

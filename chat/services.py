@@ -1,8 +1,9 @@
-"""Writes. Every function takes keyword-only, typed arguments and keeps its rows consistent
-in one transaction."""
+"""Writes. Every function takes keyword-only, typed arguments, keeps its rows consistent in
+one transaction, and owns its effects: a new reply's relay starts once the reply is
+committed, so the relay always finds its row. Errors say what went wrong in a sentence for
+the user; the API layer alone decides which HTTP status each kind gets."""
 
 import datetime
-import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -11,12 +12,13 @@ from django.utils import timezone
 
 from chat import selectors
 from chat.models import Conversation, Message
+from chat.relay.manager import relay_manager
 
 TITLE_CHARS = 60
 
 
 class ServiceError(Exception):
-    status = 400
+    """The request cannot be done as asked (a rule of the conversation, not a fault)."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -24,11 +26,11 @@ class ServiceError(Exception):
 
 
 class Conflict(ServiceError):
-    status = 409
+    """The conversation's state forbids it now (a reply is still being written)."""
 
 
 class RateLimited(ServiceError):
-    status = 429
+    """A per-user limit was reached; waiting makes it possible again."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +83,15 @@ def _check_message_rate(*, user) -> None:
 
 
 def _reply_create(*, conversation: Conversation, question: Message) -> Message:
-    return Message.objects.create(
+    reply = Message.objects.create(
         conversation=conversation,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
         reply_to=question,
         model=conversation.model or settings.INFERENCE_MODEL,
     )
+    transaction.on_commit(lambda: relay_manager.launch(reply.id))
+    return reply
 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:
@@ -138,41 +142,10 @@ def message_edit(*, message: Message, content: str) -> SentMessage:
         return message_send(conversation=conversation, content=content)
 
 
-def reply_request_stop(*, reply: Message) -> None:
-    Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING).update(stop_requested=True)
-
-
-def reply_flush(*, contents: dict[uuid.UUID, tuple[str, int]], alive: list[uuid.UUID]) -> None:
-    """Save streamed text of many replies in one transaction, and mark their relays alive."""
-    now = timezone.now()
-    with transaction.atomic():
-        for message_id, (content, next_seq) in contents.items():
-            Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
-                content=content, next_seq=next_seq, updated_at=now
-            )
-        idle = [message_id for message_id in alive if message_id not in contents]
-        if idle:
-            Message.objects.filter(pk__in=idle, status=Message.Status.STREAMING).update(
-                updated_at=now
-            )
-
-
-def reply_finish(*, message_id: uuid.UUID, fields: dict) -> None:
-    Message.objects.filter(pk=message_id).update(updated_at=timezone.now(), **fields)
-
-
-def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Message]:
-    """Replies left `streaming` by a site process that died: their relay stopped writing."""
-    cutoff = timezone.now() - datetime.timedelta(seconds=stale_after)
-    with transaction.atomic():
-        orphans = list(
-            Message.objects.select_for_update()
-            .filter(status=Message.Status.STREAMING, updated_at__lt=cutoff)
-            .exclude(pk__in=exclude)
-        )
-        for message in orphans:
-            message.status = Message.Status.INTERRUPTED
-            message.error = "The site restarted while this reply was being written."
-            message.retryable = True
-            message.save(update_fields=["status", "error", "retryable", "updated_at"])
-    return orphans
+def reply_stop(*, reply: Message) -> None:
+    """Stop a reply being written; a reply that already ended is left as it is."""
+    stopping = Message.objects.filter(pk=reply.pk, status=Message.Status.STREAMING).update(
+        stop_requested=True
+    )
+    if stopping:
+        relay_manager.request_stop(reply.pk)

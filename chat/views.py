@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from chat import selectors
 from chat.models import Conversation
 from chat.presenters import conversation_json
-from chat.relay_metrics import REGISTRY
+from chat.relay.metrics import REGISTRY
 
 
 @login_required

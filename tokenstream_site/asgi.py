@@ -1,5 +1,6 @@
 """ASGI entry point for daphne: Channels' protocol router around Django. Event streams
-are served by chat.sse without Django's per-request thread; everything else by Django.
+are served by chat.streaming.sse without Django's per-request thread; everything else by
+Django.
 The relay manager starts on the server's event loop before the first request."""
 
 import asyncio
@@ -15,9 +16,10 @@ from django.urls import path, re_path  # noqa: E402
 
 django_application = get_asgi_application()
 
-from chat import delivery  # noqa: E402
-from chat.relay import relay_manager  # noqa: E402
-from chat.sse import ConversationEvents  # noqa: E402
+from chat.relay.manager import relay_manager  # noqa: E402
+from chat.streaming import delivery  # noqa: E402
+from chat.streaming.channels import EVENTS_ROUTE  # noqa: E402
+from chat.streaming.sse import ConversationEvents  # noqa: E402
 
 
 class StartRelays:
@@ -34,10 +36,7 @@ class StartRelays:
 
 http = URLRouter(
     [
-        path(
-            "events/conversations/<uuid:conversation_id>/",
-            AuthMiddlewareStack(ConversationEvents()),
-        ),
+        path(EVENTS_ROUTE, AuthMiddlewareStack(ConversationEvents())),
         re_path(r"", django_application),
     ]
 )

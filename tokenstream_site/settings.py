@@ -127,15 +127,16 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The event log behind django-eventstream: see chat/eventlog.py for why not DjangoModelStorage.
+# The event log behind django-eventstream: see chat/streaming/memory_log.py for why not
+# DjangoModelStorage.
 # With Redis, every site process shares one log and receives every event (EVENTSTREAM_REDIS).
-EVENTSTREAM_STORAGE_CLASS = "chat.eventlog.MemoryEventStorage"
+EVENTSTREAM_STORAGE_CLASS = "chat.streaming.memory_log.MemoryEventStorage"
 if REDIS_URL:
     import redis.connection
 
-    EVENTSTREAM_STORAGE_CLASS = "chat.eventlog_redis.RedisEventStorage"
+    EVENTSTREAM_STORAGE_CLASS = "chat.streaming.redis_log.RedisEventStorage"
     EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
-EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.eventlog.ConversationChannelManager"
+EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -178,7 +179,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
-INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference.http.HttpInferenceClient")
+INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient")
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
 INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")

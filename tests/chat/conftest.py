@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth.models import Permission
 
-from chat.inference import _client
+from chat.inference_client import reset_client
 from tests.support import factories
 from tests.support.processes import InferenceServer, free_port
 
@@ -42,16 +42,16 @@ def make_message(db):
 def fresh_inference_client():
     """get_client() caches a client built from settings.INFERENCE_URLS: rebuild it around
     a test that changes them."""
-    _client.cache_clear()
+    reset_client()
     yield
-    _client.cache_clear()
+    reset_client()
 
 
 @pytest.fixture
 def stopped_inference_url(settings, fresh_inference_client):
     """INFERENCE_URLS pointing at a port where nothing listens."""
     url = f"http://127.0.0.1:{free_port()}"
-    settings.INFERENCE_CLIENT = "chat.inference.http.HttpInferenceClient"
+    settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
     settings.INFERENCE_URLS = [url]
     return url
 
@@ -72,6 +72,6 @@ def running_inference(tmp_path_factory):
 
 @pytest.fixture
 def live_inference_url(running_inference, settings, fresh_inference_client):
-    settings.INFERENCE_CLIENT = "chat.inference.http.HttpInferenceClient"
+    settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
     settings.INFERENCE_URLS = [running_inference.url]
     return running_inference.url

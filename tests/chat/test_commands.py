@@ -11,7 +11,6 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
-from django_eventstream.models import Event
 
 from chat.models import Conversation, Message
 from tests.support.processes import PYTHON, ROOT, base_env, free_port
@@ -157,20 +156,7 @@ def test_checkstack_prints_one_ok_line_per_part_when_the_stack_is_up(live_infere
 
 
 def _aged(queryset, days: float) -> None:
-    queryset.update(**{_age_field(queryset.model): timezone.now() - datetime.timedelta(days=days)})
-
-
-def _age_field(model) -> str:
-    return "created" if model is Event else "updated_at"
-
-
-@pytest.fixture
-def events(db):
-    for n in range(5):
-        Event.objects.create(channel="conversation-x", type="token", data=json.dumps({"n": n}))
-    old = Event.objects.order_by("id")[:3]
-    _aged(Event.objects.filter(pk__in=[e.pk for e in old]), days=10)
-    return Event.objects.all()
+    queryset.update(updated_at=timezone.now() - datetime.timedelta(days=days))
 
 
 @pytest.fixture
@@ -187,31 +173,15 @@ def old_and_new_conversations(make_conversation, make_message):
     return stale
 
 
-def test_prune_dry_run_prints_counts_and_deletes_nothing(events, old_and_new_conversations):
-    before = (Event.objects.count(), Conversation.objects.count(), Message.objects.count())
+def test_prune_dry_run_prints_counts_and_deletes_nothing(old_and_new_conversations):
+    before = (Conversation.objects.count(), Message.objects.count())
     out, _ = run_command("prune", "--dry-run", "--conversations-older-than", "30")
 
-    assert "would delete 3 events older than 7 days" in out
     assert "would delete 1 conversations (1 messages) inactive for 30 days" in out
-    assert (Event.objects.count(), Conversation.objects.count(), Message.objects.count()) == before
+    assert (Conversation.objects.count(), Message.objects.count()) == before
 
 
-def test_prune_deletes_old_events_and_keeps_conversations_unless_asked(
-    events, old_and_new_conversations
-):
-    before = Event.objects.count()  # includes django-eventstream's placeholder event
-    out, _ = run_command("prune")
-
-    assert "deleted 3 events older than 7 days" in out
-    assert Event.objects.count() == before - 3
-    week_ago = timezone.now() - datetime.timedelta(days=7)
-    assert not Event.objects.filter(created__lt=week_ago).exists()
-    assert Conversation.objects.count() == 4
-
-
-def test_prune_deletes_only_conversations_inactive_for_the_given_days(
-    events, old_and_new_conversations
-):
+def test_prune_deletes_only_conversations_inactive_for_the_given_days(old_and_new_conversations):
     out, _ = run_command("prune", "--conversations-older-than", "30")
 
     assert "deleted 1 conversations (1 messages) inactive for 30 days" in out

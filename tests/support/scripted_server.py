@@ -19,6 +19,89 @@ def chunk(text=None, finish=None, role=False) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """One request, served with the next behaviour of its ScriptedServer (`server.script`)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self._json(200, {"data": [{"id": "scripted", "context_length": 2048}]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        script = self.server.script
+        script.requests += 1
+        behaviour = script.behaviours.pop(0) if script.behaviours else "ok"
+        script.open_streams += 1
+        try:
+            getattr(self, f"_{behaviour}", None) and getattr(self, f"_{behaviour}")()
+            if behaviour in ("503", "401", "404", "400"):
+                status = int(behaviour)
+                self._json(status, {"error": {"message": f"scripted {status}",
+                                              "type": "x", "code": None}})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            script.open_streams -= 1
+
+    def _json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 503:
+            self.send_header("Retry-After", "1")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _words(self):
+        for i, word in enumerate(self.server.script.words):
+            self.wfile.write(chunk(word, role=i == 0))
+            self.wfile.flush()
+            time.sleep(0.02)
+
+    def _ok(self):
+        self._start_stream()
+        self._words()
+        self.wfile.write(chunk(finish="stop") + b"data: [DONE]\n\n")
+
+    def _error_chunk(self):
+        self._start_stream()
+        self._words()
+        self.wfile.write(b'data: {"error": {"message": "CUDA fell over", "type": "server_error"}}\n\n')
+
+    def _silent(self):
+        self._start_stream()
+        self._idle()
+
+    def _stall(self):
+        self._start_stream()
+        self._words()
+        self._idle()
+
+    def _idle(self):
+        # SSE comments carry no text, so they must not count as progress; writing
+        # them lets this server notice when the client hangs up.
+        for _ in range(300):
+            self.wfile.write(b": ping\n\n")
+            self.wfile.flush()
+            time.sleep(0.1)
+
+    def _drop(self):
+        self._start_stream()
+        self._words()
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+
 class ScriptedServer:
     """Behaviours: "ok", "503", "401", "404", "400", "error_chunk", "silent", "stall", "drop"."""
 
@@ -27,88 +110,8 @@ class ScriptedServer:
         self.words = words
         self.requests = 0
         self.open_streams = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._json(200, {"data": [{"id": "scripted", "context_length": 2048}]})
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                server.requests += 1
-                behaviour = server.behaviours.pop(0) if server.behaviours else "ok"
-                server.open_streams += 1
-                try:
-                    getattr(self, f"_{behaviour}", None) and getattr(self, f"_{behaviour}")()
-                    if behaviour in ("503", "401", "404", "400"):
-                        status = int(behaviour)
-                        self._json(status, {"error": {"message": f"scripted {status}",
-                                                      "type": "x", "code": None}})
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                finally:
-                    server.open_streams -= 1
-
-            def _json(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 503:
-                    self.send_header("Retry-After", "1")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _start_stream(self):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-
-            def _words(self):
-                for i, word in enumerate(server.words):
-                    self.wfile.write(chunk(word, role=i == 0))
-                    self.wfile.flush()
-                    time.sleep(0.02)
-
-            def _ok(self):
-                self._start_stream()
-                self._words()
-                self.wfile.write(chunk(finish="stop") + b"data: [DONE]\n\n")
-
-            def _error_chunk(self):
-                self._start_stream()
-                self._words()
-                self.wfile.write(b'data: {"error": {"message": "CUDA fell over", "type": "server_error"}}\n\n')
-
-            def _silent(self):
-                self._start_stream()
-                self._idle()
-
-            def _stall(self):
-                self._start_stream()
-                self._words()
-                self._idle()
-
-            def _idle(self):
-                # SSE comments carry no text, so they must not count as progress; writing
-                # them lets this server notice when the client hangs up.
-                for _ in range(300):
-                    self.wfile.write(b": ping\n\n")
-                    self.wfile.flush()
-                    time.sleep(0.1)
-
-            def _drop(self):
-                self._start_stream()
-                self._words()
-                self.connection.shutdown(socket.SHUT_RDWR)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedHandler)
+        self.httpd.script = self
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

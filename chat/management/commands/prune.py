@@ -1,46 +1,34 @@
 import datetime
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
-from django_eventstream.models import Event
 
-from chat.models import Conversation, Message
+from chat.models import Message
+from chat.selectors import conversations_inactive_since
 
 BATCH = 500
 
 
 class Command(BaseCommand):
-    # The relay's in-memory event log lives inside each site process and forgets idle
-    # channels itself; another process cannot reach it, so only database rows are pruned.
-    help = "Delete old django-eventstream events and, if asked, conversations inactive for N days."
+    # Events need no pruning: each site process keeps them in memory and forgets idle
+    # channels itself, and the Redis log expires them.
+    help = "Delete conversations with no activity for N days (their messages go with them)."
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--events-older-than", type=int, default=7, metavar="DAYS",
-            help="Delete django-eventstream events older than this many days (default 7).",
-        )
-        parser.add_argument(
-            "--conversations-older-than", type=int, default=None, metavar="DAYS",
-            help="Also delete conversations with no activity for this many days "
-            "(off unless given).",
+            "--conversations-older-than", type=int, required=True, metavar="DAYS",
+            help="Delete conversations with no activity for this many days (at least 1).",
         )
         parser.add_argument("--dry-run", action="store_true", help="Print counts; delete nothing.")
 
-    def handle(self, *args, events_older_than, conversations_older_than, dry_run, **options):
-        if events_older_than < 0:
-            raise CommandError("--events-older-than must be 0 or more days.")
-        if conversations_older_than is not None and conversations_older_than < 1:
+    def handle(self, *args, conversations_older_than, dry_run, **options):
+        days = conversations_older_than
+        if days < 1:
             raise CommandError("--conversations-older-than must be at least 1 day.")
         verb = "would delete" if dry_run else "deleted"
-        events = Event.objects.filter(created__lt=_days_ago(events_older_than))
-        count = events.count() if dry_run else self.delete(events, "events")
-        self.stdout.write(f"{verb} {count} events older than {events_older_than} days")
-        if conversations_older_than is not None:
-            self.prune_conversations(conversations_older_than, dry_run=dry_run, verb=verb)
-
-    def prune_conversations(self, days: int, *, dry_run: bool, verb: str) -> None:
-        conversations = inactive_conversations(_days_ago(days))
+        cutoff = timezone.now() - datetime.timedelta(days=days)
+        conversations = conversations_inactive_since(cutoff=cutoff)
         messages = Message.objects.filter(conversation__in=conversations).count()
         count = conversations.count() if dry_run else self.delete(conversations, "conversations")
         self.stdout.write(
@@ -60,17 +48,3 @@ class Command(BaseCommand):
             if total > BATCH:
                 self.stdout.write(f"  {label}: {done}/{total}")
         return done
-
-
-def _days_ago(days: int) -> datetime.datetime:
-    return timezone.now() - datetime.timedelta(days=days)
-
-
-def inactive_conversations(cutoff: datetime.datetime) -> QuerySet[Conversation]:
-    # Replies are saved without touching the conversation row: a message updated after
-    # the cutoff keeps it, and a reply still streaming always does.
-    recent = Message.objects.filter(conversation=OuterRef("pk"), updated_at__gte=cutoff)
-    streaming = Message.objects.filter(conversation=OuterRef("pk"), status=Message.Status.STREAMING)
-    return Conversation.objects.filter(updated_at__lt=cutoff).exclude(Exists(recent)).exclude(
-        Exists(streaming)
-    )

@@ -8,8 +8,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from chat.inference import ChatRequest, Delta, Finish, InferenceError, get_client
+from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
 from chat.management import probes
+from chat.rates import decode_rate
 
 WARMUP_PROMPT = "Say hello in one short sentence."
 WARMUP_MAX_TOKENS = 32
@@ -142,7 +143,7 @@ async def _reply(client) -> ReplyFigures:
     return ReplyFigures(
         ttft_ms=(first - started) * 1000,
         tokens=tokens,
-        tokens_per_second=(tokens - 1) / (ended - first) if tokens > 1 and ended > first else None,
+        tokens_per_second=decode_rate(tokens, first - started, ended - started),
         finish_reason=finish.reason,
     )
 

@@ -6,7 +6,7 @@ import re
 
 from django.conf import settings
 
-from chat.inference import ChatRequest, Delta, Finish, InferenceClient
+from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClient
 
 
 class FakeInferenceClient(InferenceClient):

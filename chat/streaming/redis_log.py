@@ -11,8 +11,8 @@ import time
 
 import redis
 from django.conf import settings
-from django_eventstream.event import Event
-from django_eventstream.storage import EventDoesNotExist, StorageBase
+
+from chat.streaming.eventstream import Event, EventDoesNotExist, StorageBase
 
 IDLE_SECONDS = 24 * 3600
 

@@ -5,10 +5,11 @@ import json
 import uuid
 
 import pytest
-from django_eventstream.storage import EventDoesNotExist
+from chat.streaming.eventstream import EventDoesNotExist
 
-from chat import eventlog
-from chat.eventlog import MemoryEventStorage
+from chat.streaming import memory_log
+from chat.streaming.channels import conversation_id_from_channel
+from chat.streaming.memory_log import MemoryEventStorage
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 
@@ -17,7 +18,7 @@ REDIS_URL = "redis://127.0.0.1:6379/5"
 def storage(request, settings):
     settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL = 100
     if request.param == "memory":
-        eventlog._channels.clear()
+        memory_log.forget_all_channels()
         return MemoryEventStorage()
     redis = pytest.importorskip("redis")
     try:
@@ -25,7 +26,7 @@ def storage(request, settings):
     except redis.RedisError as exc:
         pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
     settings.REDIS_URL = REDIS_URL
-    from chat.eventlog_redis import RedisEventStorage
+    from chat.streaming.redis_log import RedisEventStorage
 
     return RedisEventStorage()
 
@@ -60,7 +61,7 @@ def test_an_id_from_before_a_restart_is_unknown_and_not_mistaken_for_a_new_one(s
     c = "c"
     storage.append_event(c, "token", json.dumps({}))
     old_id = storage.get_current_id(c)
-    eventlog._channels.clear()  # what a restart does to memory
+    memory_log.forget_all_channels()  # what a restart does to memory
     storage.append_event(c, "token", json.dumps({}))
     with pytest.raises(EventDoesNotExist):
         storage.get_events(c, old_id)
@@ -84,16 +85,16 @@ def test_channels_are_independent(storage, name):
 
 
 def test_idle_channels_are_forgotten():
-    eventlog._channels.clear()
+    memory_log.forget_all_channels()
     storage = MemoryEventStorage()
     storage.append_event("idle", "token", json.dumps({}))
-    assert eventlog.forget_idle_channels(-1) == 1
-    assert "idle" not in eventlog._channels
+    assert memory_log.forget_idle_channels(-1) == 1
+    assert "idle" not in memory_log.known_channels()
 
 
 def test_channel_names_parse_to_conversation_ids():
-    assert eventlog.conversation_id_from_channel("conversation-nope") is None
-    assert eventlog.conversation_id_from_channel("other-" + "0" * 32) is None
-    assert str(eventlog.conversation_id_from_channel("conversation-" + "1" * 32)) == (
+    assert conversation_id_from_channel("conversation-nope") is None
+    assert conversation_id_from_channel("other-" + "0" * 32) is None
+    assert str(conversation_id_from_channel("conversation-" + "1" * 32)) == (
         "11111111-1111-1111-1111-111111111111"
     )

@@ -1,4 +1,4 @@
-"""The event log behind django-eventstream, and who may read a conversation's channel.
+"""The event log of one site process, behind django-eventstream's storage interface.
 
 django-eventstream without storage drops tokens past 10 queued events, and its
 DjangoModelStorage costs a database transaction per event. This log keeps each channel's
@@ -11,14 +11,10 @@ message from the JSON API (whose `next_seq` tells it which token events it alrea
 
 import threading
 import time
-import uuid
 
 from django.conf import settings
-from django_eventstream.channelmanager import ChannelManagerBase
-from django_eventstream.event import Event
-from django_eventstream.storage import EventDoesNotExist, StorageBase
 
-CHANNEL_PREFIX = "conversation-"
+from chat.streaming.eventstream import ChannelManagerBase, Event, EventDoesNotExist, StorageBase
 
 
 class _ChannelLog:
@@ -77,6 +73,24 @@ class MemoryEventStorage(StorageBase):
             return _log_for(channel).current_id
 
 
+def forget_all_channels() -> None:
+    """What a restart does to this process's log: every reader gets stream-reset."""
+    with _lock:
+        _channels.clear()
+
+
+def kept_events(channel: str) -> list[Event]:
+    """The events this process still keeps for a channel, oldest first."""
+    with _lock:
+        log = _channels.get(channel)
+        return list(log.events) if log else []
+
+
+def known_channels() -> set[str]:
+    with _lock:
+        return set(_channels)
+
+
 def forget_idle_channels(idle_seconds: float) -> int:
     """Drop the logs of channels unused for a while; their readers get stream-reset."""
     cutoff = time.monotonic() - idle_seconds
@@ -87,26 +101,10 @@ def forget_idle_channels(idle_seconds: float) -> int:
     return len(idle)
 
 
-def conversation_id_from_channel(channel: str) -> uuid.UUID | None:
-    if not channel.startswith(CHANNEL_PREFIX):
-        return None
-    try:
-        return uuid.UUID(channel[len(CHANNEL_PREFIX) :])
-    except ValueError:
-        return None
-
-
 class ConversationChannelManager(ChannelManagerBase):
-    def get_channels_for_request(self, request, view_kwargs):
-        return {f"{CHANNEL_PREFIX}{view_kwargs['conversation_id']}"}
-
-    def can_read_channel(self, user, channel):
-        from chat.selectors import conversation_readable_by
-
-        conversation_id = conversation_id_from_channel(channel)
-        if conversation_id is None or user is None:
-            return False
-        return conversation_readable_by(user=user, conversation_id=conversation_id)
+    """django-eventstream asks this whether to store a channel's events before sending them
+    (`send_event`, used with Redis): every conversation event is stored, for replay.
+    Who may read a channel is decided by the stream endpoint (chat/streaming/sse.py)."""
 
     def is_channel_reliable(self, channel):
         return True

@@ -6,9 +6,9 @@ import contextlib
 
 import pytest
 
-from chat.inference import ChatRequest, Delta, Finish, InferenceError
-from chat.inference.fake import FakeInferenceClient
-from chat.inference.http import HttpInferenceClient
+from chat.inference_client import ChatRequest, Delta, Finish, InferenceError
+from chat.inference_client.fake import FakeInferenceClient
+from chat.inference_client.http import HttpInferenceClient
 from tests.support.processes import free_port
 from tests.support.scripted_server import ScriptedServer
 

@@ -1,12 +1,8 @@
-"""The site's side of the inference API: a backend chosen by dotted path in
-settings.INFERENCE_CLIENT, like Channels' layers. Every backend streams the same items."""
+"""What every inference client backend speaks: the request, the streamed items, the error."""
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import AsyncIterator
 
-from django.conf import settings
-from django.utils.module_loading import import_string
 
 
 @dataclass(frozen=True)
@@ -57,12 +53,3 @@ class InferenceClient:
 
     async def aclose(self) -> None:
         return None
-
-
-@lru_cache(maxsize=None)
-def _client(path: str) -> InferenceClient:
-    return import_string(path)()
-
-
-def get_client() -> InferenceClient:
-    return _client(settings.INFERENCE_CLIENT)

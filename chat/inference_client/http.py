@@ -10,7 +10,7 @@ import weakref
 import httpx
 from django.conf import settings
 
-from chat.inference import ChatRequest, Delta, Finish, InferenceClient, InferenceError
+from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClient, InferenceError
 
 logger = logging.getLogger(__name__)
 

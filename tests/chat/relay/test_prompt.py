@@ -2,7 +2,7 @@
 
 import pytest
 
-from chat.prompt import build_request, estimate_tokens, trim_to_budget
+from chat.relay.prompt import build_request, estimate_tokens, trim_to_budget
 from tests.support.factories import create_conversation, create_message
 
 

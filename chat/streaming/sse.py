@@ -2,33 +2,29 @@
 
 django-eventstream's view runs inside Django's ASGI handler, which gives every request its
 own thread for sync code and keeps it until the response ends: one idle OS thread per open
-event stream (measured: 200 streams, 202 threads). Its stream loop also replays events twice
-when new ones arrive while it reads the log (it re-reads from the ids it started with). This
-module keeps django-eventstream's storage, listener manager and wire format, and drives them
-from a coroutine per stream that tracks the last id it sent: never a duplicate, and a gap
-(an event it was not told about) sends it back to the log, where nothing is missing.
+event stream. Its stream loop also replays events twice when new ones arrive while it reads
+the log (it re-reads from the ids it started with). Here a coroutine per stream keeps
+django-eventstream's storage and wire format (through chat/streaming/eventstream.py) and
+tracks the last id it sent: never a duplicate, and a gap (an event it was not told about)
+sends it back to the log, where nothing is missing.
 """
 
 import asyncio
 import contextlib
+import json
 import logging
 from urllib.parse import parse_qs, unquote
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from django_eventstream.storage import EventDoesNotExist
-from django_eventstream.utils import (
-    get_storage,
-    make_id,
-    parse_last_event_id,
-    sse_encode_event,
-)
-from django_eventstream.views import Listener, get_listener_manager
 
-from chat import delivery
-from chat.events import channel_for, local_delivery
-from chat.relay_metrics import METRICS
+from chat.relay.metrics import METRICS
 from chat.selectors import conversation_readable_by
+from chat.streaming import delivery
+from chat.streaming.channels import channel_for
+from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
+from chat.streaming.eventstream import storage as event_storage
+from chat.streaming.publish import local_delivery
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +54,7 @@ def last_event_id(scope, channel: str) -> int | None:
         raw = next((v for v in reversed(query.get("lastEventId", [])) if v), "")
     if not raw:
         return None
-    parsed = {unquote(name): value for name, value in parse_last_event_id(raw).items()}
+    parsed = {unquote(name): value for name, value in parse_resume_ids(raw).items()}
     return int(parsed[channel]) if channel in parsed else None
 
 
@@ -109,12 +105,10 @@ class ChannelStream:
 
     def __init__(self, channel: str, user_id, resume_after: int | None):
         self.channel = channel
-        self.id_prefix = make_id({channel: ""})
+        self.id_prefix = id_prefix(channel)
         self.last_id = resume_after
-        self.storage = get_storage()
-        self.listener = Listener()
-        self.listener.user_id = user_id
-        self.listener.channels = {channel}
+        self.storage = event_storage()
+        self.subscription = Subscription(channel, user_id)
         # The in-memory log answers in microseconds; Redis is a network round trip.
         self.local = local_delivery()
 
@@ -133,26 +127,27 @@ class ChannelStream:
     def _id(self) -> str:
         return f"{self.id_prefix}{self.last_id}"
 
+    def _reset(self) -> str:
+        data = json.dumps({"channels": [self.channel]})
+        return f"event: stream-reset\nid: {self._id()}\ndata: {data}\n\n"
+
     async def bodies(self):
-        manager = get_listener_manager()
         if self.last_id is None:
             # Fixed before stream-open is sent: a client may act on stream-open (send a
             # message), and whatever is published after it must reach this stream.
             self.last_id = await self._storage("get_current_id", self.channel)
-        self.listener.assign_loop()
-        manager.add_listener(self.listener)
+        self.subscription.open()
         try:
             yield OPENING
             while True:
-                async for body in self._catch_up(manager):
+                async for body in self._catch_up():
                     yield body
-                async for body in self._follow(manager):
+                async for body in self._follow():
                     yield body
         finally:
-            self.listener.aevent.set()
-            manager.remove_listener(self.listener)
+            self.subscription.close()
 
-    async def _catch_up(self, manager):
+    async def _catch_up(self):
         """Everything after last_id from the log; then drop what was queued meanwhile
         (it is in the log too, and the next read or _follow's id check covers it)."""
         while True:
@@ -162,37 +157,23 @@ class ChannelStream:
                 )
             except EventDoesNotExist as exc:
                 self.last_id = int(exc.current_id)
-                yield sse_encode_event(
-                    "stream-reset", {"channels": [self.channel]},
-                    event_id=self._id(), json_encode=True,
-                )
+                yield self._reset()
                 continue
             if events:
                 yield "".join(self._encode(event) for event in events)
             if len(events) >= READ_BATCH:
                 continue
-            with manager.lock:
-                queued = bool(self.listener.channel_items) or self.listener.overflow
-                self.listener.aevent.clear()
-                self.listener.channel_items = {}
-                self.listener.overflow = False
-            if not queued:
+            queued, overflow = self.subscription.take()
+            if not queued and not overflow:
                 return
 
-    async def _follow(self, manager):
+    async def _follow(self):
         """Live events as they are published; back to the log on overflow or a gap."""
         while True:
-            try:
-                await asyncio.wait_for(self.listener.aevent.wait(), KEEP_ALIVE_SECONDS)
-            except TimeoutError:
+            if not await self.subscription.wait(KEEP_ALIVE_SECONDS):
                 yield "event: keep-alive\ndata:\n\n"
                 continue
-            with manager.lock:
-                items = self.listener.channel_items.get(self.channel, [])
-                overflow = self.listener.overflow
-                self.listener.aevent.clear()
-                self.listener.channel_items = {}
-                self.listener.overflow = False
+            items, overflow = self.subscription.take()
             body = []
             for event in items:
                 event_id = int(event.id)

@@ -3,7 +3,7 @@
 from django.conf import settings
 
 from chat import selectors
-from chat.inference import ChatRequest
+from chat.inference_client import ChatRequest
 from chat.models import Message
 
 # A cautious guess for English text: real tokenizers average ~4 characters a token.

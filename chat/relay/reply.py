@@ -1,0 +1,74 @@
+"""One reply while it streams, and the saved fields and final event it ends with."""
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from chat.inference_client import Finish, InferenceError
+from chat.models import Message
+from chat.rates import decode_rate
+from chat.streaming.publish import message_error_data
+
+CANCELLED = "cancelled"
+
+
+@dataclass
+class Reply:
+    message_id: uuid.UUID
+    conversation_id: uuid.UUID
+    model: str
+    started: float = field(default_factory=time.monotonic)
+    # Text published so far; joined only when saved, not once per token.
+    parts: list[str] = field(default_factory=list)
+    # Text received but not yet published: tokens that arrive together go out as one event.
+    buffer: list[str] = field(default_factory=list)
+    produced_at: float | None = None
+    seq: int = 0
+    ttft: float | None = None
+    deltas: int = 0
+    finish: Finish | None = None
+    done: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.parts)
+
+
+def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:
+    """outcome: CANCELLED, None (the stream ended) or the InferenceError that ended it.
+    Returns the fields to save, and the event type and data to publish."""
+    duration = time.monotonic() - reply.started
+    usage = reply.finish.usage if reply.finish else {}
+    completion_tokens = usage.get("completion_tokens") or reply.deltas
+    fields = {
+        "content": reply.content,
+        "next_seq": reply.seq,
+        "ttft_ms": None if reply.ttft is None else round(reply.ttft * 1000),
+        "duration_ms": round(duration * 1000),
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": completion_tokens,
+        "model": reply.model,
+    }
+    if isinstance(outcome, InferenceError):
+        fields.update(status=Message.Status.FAILED, error=outcome.message, retryable=outcome.retryable)
+        data = message_error_data(reply.message_id, outcome.message, outcome.retryable)
+        return fields, "message.error", data
+    if outcome == CANCELLED:
+        fields.update(status=Message.Status.CANCELLED, finish_reason="cancelled")
+    else:
+        reason = reply.finish.reason if reply.finish else "stop"
+        fields.update(status=Message.Status.COMPLETE, finish_reason=reason)
+    rate = decode_rate(completion_tokens, reply.ttft, duration)
+    return fields, "message.end", {
+        "message_id": str(reply.message_id),
+        "finish_reason": fields["finish_reason"],
+        "usage": {
+            "prompt_tokens": fields["prompt_tokens"],
+            "completion_tokens": completion_tokens,
+        },
+        "ttft_ms": fields["ttft_ms"],
+        "tokens_per_second": None if rate is None else round(rate, 1),
+        "model": reply.model,
+    }

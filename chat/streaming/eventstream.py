@@ -1,0 +1,156 @@
+"""The one place that touches django-eventstream (pinned at 5.3.4 in requirements.txt).
+
+We keep django-eventstream for its event model, storage interface, SSE id format and
+cross-process delivery through Redis (EVENTSTREAM_REDIS), but not its view: that view holds
+an OS thread per open stream and replays events twice when new ones arrive while it reads
+the log (see chat/streaming/sse.py). Serving streams ourselves means driving its listener
+manager directly, and that is internal state, not a public API:
+
+- `ListenerManager.lock`, `.listeners_by_channel`, `add_listener` / `remove_listener`;
+- `Listener.channel_items`, `.overflow`, `.aevent`, `assign_loop`, `wake_threadsafe`;
+- `ListenerManager.redis_listener` (its `pubsub`, `redis_client`, `listen`) and the
+  `redis_listener_started` flag, so that we, not the first listener, start the Redis feed.
+
+An upgrade of django-eventstream must re-check exactly this module; nothing else imports it.
+"""
+
+import asyncio
+import json
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django_eventstream import send_event
+from django_eventstream.channelmanager import ChannelManagerBase
+from django_eventstream.event import Event
+from django_eventstream.storage import EventDoesNotExist, StorageBase
+from django_eventstream.utils import get_storage, make_id, parse_last_event_id
+from django_eventstream.views import Listener, get_listener_manager
+
+__all__ = [
+    "ChannelManagerBase",
+    "Event",
+    "EventDoesNotExist",
+    "RedisFeed",
+    "StorageBase",
+    "Subscription",
+    "append_and_notify",
+    "id_prefix",
+    "parse_resume_ids",
+    "redis_feed",
+    "send_event",
+    "storage",
+    "wake_every_subscription",
+]
+
+# Events a subscription may have queued before it must re-read the log (django-eventstream's
+# own limit is 10; the log makes overflow harmless, this only makes it rarer).
+QUEUE_LIMIT = 1000
+
+
+def storage() -> StorageBase:
+    """The storage named by EVENTSTREAM_STORAGE_CLASS (one instance per thread)."""
+    return get_storage()
+
+
+def id_prefix(channel: str) -> str:
+    """What goes before the numeric id in an SSE `id:` line for one channel."""
+    return make_id({channel: ""})
+
+
+def parse_resume_ids(raw: str) -> dict[str, str]:
+    """A Last-Event-ID value → {channel: id}."""
+    return parse_last_event_id(raw)
+
+
+def append_and_notify(channel: str, event_type: str, data: dict) -> Event:
+    """Append to the log and queue for this process's subscriptions, waking them.
+
+    Only from the event loop's thread, where every subscription waits: this skips what
+    `send_event` adds (a GRIP publish nothing receives, a cross-thread wake-up)."""
+    event = get_storage().append_event(channel, event_type, json.dumps(data, cls=DjangoJSONEncoder))
+    manager = get_listener_manager()
+    with manager.lock:
+        for listener in manager.listeners_by_channel.get(channel, ()):
+            queued = listener.channel_items.setdefault(channel, [])
+            if len(queued) < QUEUE_LIMIT:
+                queued.append(event)
+            else:
+                listener.overflow = True
+            listener.aevent.set()
+    return event
+
+
+class Subscription:
+    """One open stream's place in the listener manager: events queued for it since the
+    last `take`, and whether some were dropped (then the log has them)."""
+
+    def __init__(self, channel: str, user_id) -> None:
+        self.channel = channel
+        self.listener = Listener()
+        self.listener.user_id = user_id
+        self.listener.channels = {channel}
+
+    def open(self) -> None:
+        self.listener.assign_loop()
+        get_listener_manager().add_listener(self.listener)
+
+    def close(self) -> None:
+        self.listener.aevent.set()
+        get_listener_manager().remove_listener(self.listener)
+
+    def take(self) -> tuple[list[Event], bool]:
+        """The queued events and the overflow flag, leaving the queue empty."""
+        listener = self.listener
+        with get_listener_manager().lock:
+            items = listener.channel_items.get(self.channel, [])
+            overflow = listener.overflow
+            listener.aevent.clear()
+            listener.channel_items = {}
+            listener.overflow = False
+        return items, overflow
+
+    async def wait(self, timeout: float) -> bool:
+        """True when something was queued, False after `timeout` seconds of quiet."""
+        try:
+            await asyncio.wait_for(self.listener.aevent.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+def wake_every_subscription() -> None:
+    """Make every open stream of this process re-read the log (after missed deliveries)."""
+    manager = get_listener_manager()
+    with manager.lock:
+        listeners = {one for group in manager.listeners_by_channel.values() for one in group}
+        for listener in listeners:
+            listener.overflow = True
+            listener.wake_threadsafe()
+
+
+class RedisFeed:
+    """django-eventstream's Redis pub/sub reader, driven by us (chat/streaming/delivery.py)."""
+
+    TOPIC = "events_channel"  # the topic django-eventstream's send_event publishes on
+
+    def __init__(self, listener) -> None:
+        self.listener = listener
+
+    async def subscribe(self) -> None:
+        await self.listener.pubsub.subscribe(self.TOPIC)
+
+    async def listen(self) -> None:
+        """Hands every published event to this process's subscriptions, until it breaks."""
+        await self.listener.listen()
+
+    def renew(self) -> None:
+        self.listener.pubsub = self.listener.redis_client.pubsub()
+
+
+def redis_feed() -> RedisFeed | None:
+    """The Redis feed when EVENTSTREAM_REDIS is set, claimed so django-eventstream does not
+    start its own lazily (it would miss events published before its first listener)."""
+    manager = get_listener_manager()
+    if manager.redis_listener is None:
+        return None
+    manager.redis_listener_started = True
+    return RedisFeed(manager.redis_listener)

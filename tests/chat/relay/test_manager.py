@@ -1,0 +1,106 @@
+"""The relay in this process, with the fake inference client: what a reply publishes and
+saves, without starting daphne or an inference server."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat import services
+from chat.models import Message
+from chat.relay.manager import relay_manager
+from chat.streaming import memory_log
+from chat.streaming.channels import channel_for
+from tests.support.factories import create_conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fake_client(settings, fresh_inference_client):
+    settings.INFERENCE_CLIENT = "chat.inference_client.fake.FakeInferenceClient"
+    settings.FAKE_TOKENS_PER_SECOND = 0
+    settings.RELAY_FLUSH_INTERVAL = 0.05
+    memory_log.forget_all_channels()
+
+
+def published(conversation_id) -> list[tuple[str, dict]]:
+    events = memory_log.kept_events(channel_for(conversation_id))
+    return [(event.type, json.loads(event.data)) for event in events]
+
+
+async def send_and_relay(conversation, content: str) -> Message:
+    """POST a message as the API does, then wait for the relay the service started."""
+    relay_manager.ensure_started()
+    try:
+        sent = await sync_to_async(services.message_send)(conversation=conversation, content=content)
+        reply_id = sent.assistant_message.id
+        for _ in range(200):  # the relay starts on the next loop iteration
+            if reply_id in relay_manager.relays:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(relay_manager.relays[reply_id], 10)
+        return await Message.objects.aget(pk=reply_id)
+    finally:
+        await relay_manager.aclose()
+
+
+def test_a_reply_is_published_token_by_token_and_saved_whole():
+    conversation = create_conversation()
+    reply = asyncio.run(send_and_relay(conversation, "one two three four"))
+
+    events = published(conversation.id)
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "message.start" and kinds[-1] == "message.end"
+    tokens = [data for kind, data in events if kind == "token"]
+    assert [t["seq"] for t in tokens] == list(range(len(tokens)))
+    assert "".join(t["text"] for t in tokens) == reply.content == "one two three four"
+    assert (reply.status, reply.finish_reason, reply.next_seq) == ("complete", "stop", len(tokens))
+    assert events[-1][1]["usage"]["completion_tokens"] == 4
+
+
+def test_a_reply_cut_by_max_tokens_ends_with_length():
+    conversation = create_conversation(max_tokens=2)
+    reply = asyncio.run(send_and_relay(conversation, "one two three four"))
+
+    assert (reply.content, reply.finish_reason) == ("one two", "length")
+    assert published(conversation.id)[-1][1]["finish_reason"] == "length"
+
+
+def test_an_unreachable_server_fails_the_reply_with_a_retryable_error(settings):
+    settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
+    settings.INFERENCE_URLS = ["http://127.0.0.1:9"]
+    settings.INFERENCE_BUSY_RETRY_SECONDS = 0
+    conversation = create_conversation()
+    reply = asyncio.run(send_and_relay(conversation, "hello"))
+
+    kind, data = published(conversation.id)[-1]
+    assert (reply.status, reply.retryable) == ("failed", True)
+    assert kind == "message.error" and data["retryable"] is True and data["error"] == reply.error
+
+
+def test_stop_ends_the_reply_as_cancelled_keeping_its_text(settings):
+    settings.FAKE_TOKENS_PER_SECOND = 50
+    conversation = create_conversation()
+
+    async def stop_after_two_tokens():
+        relay_manager.ensure_started()
+        try:
+            sent = await sync_to_async(services.message_send)(
+                conversation=conversation, content="a b c d e f g h i j k l m n o p"
+            )
+            reply = sent.assistant_message
+            while len([e for e in published(conversation.id) if e[0] == "token"]) < 2:
+                await asyncio.sleep(0.01)
+            await sync_to_async(services.reply_stop)(reply=reply)
+            await asyncio.wait_for(relay_manager.relays[reply.id], 10)
+            return await Message.objects.aget(pk=reply.id)
+        finally:
+            await relay_manager.aclose()
+
+    reply = asyncio.run(stop_after_two_tokens())
+    tokens = [data for kind, data in published(conversation.id) if kind == "token"]
+    assert (reply.status, reply.finish_reason) == ("cancelled", "cancelled")
+    assert 2 <= len(tokens) < 16
+    assert reply.content == "".join(t["text"] for t in tokens)

@@ -1,0 +1,110 @@
+"""The event stream endpoint as an ASGI app in this process: who may subscribe, what a
+subscriber receives, and exact resumption with Last-Event-ID."""
+
+import asyncio
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+
+from chat.streaming import memory_log
+from chat.streaming.eventstream import id_prefix
+from chat.streaming.channels import channel_for
+from chat.streaming.publish import publish_on_loop
+from chat.streaming.sse import ConversationEvents
+from tests.support.factories import create_conversation, create_user
+from tests.support.sse import parse_sse_block
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_log():
+    memory_log.forget_all_channels()
+
+
+class Subscriber:
+    """Drives one request to the endpoint: collects what it sends until told to leave."""
+
+    def __init__(self, user, conversation_id, last_event_id: str | None = None):
+        headers = [(b"last-event-id", last_event_id.encode())] if last_event_id else []
+        self.scope = {"type": "http", "user": user, "headers": headers, "query_string": b"",
+                      "url_route": {"kwargs": {"conversation_id": conversation_id}}}
+        self.status: int | None = None
+        self.body = ""
+        self.gone = asyncio.Event()
+
+    async def receive(self):
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message):
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        else:
+            self.body += message.get("body", b"").decode()
+
+    def events(self):
+        blocks = (parse_sse_block(b) for b in self.body.split("\n\n"))
+        return [e for e in blocks if e is not None and e.event != "stream-open"]
+
+    async def run_while(self, action):
+        task = asyncio.ensure_future(ConversationEvents()(self.scope, self.receive, self.send))
+        await asyncio.sleep(0.05)
+        await action()
+        await asyncio.sleep(0.05)
+        self.gone.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def nothing():
+    return None
+
+
+def publish_tokens(conversation_id, texts):
+    async def action():
+        for seq, text in enumerate(texts):
+            publish_on_loop(conversation_id, "token", {"message_id": "m", "seq": seq, "text": text})
+    return action
+
+
+def test_the_owner_receives_events_published_while_subscribed():
+    conversation = create_conversation()
+    subscriber = Subscriber(conversation.owner, conversation.id)
+    asyncio.run(subscriber.run_while(publish_tokens(conversation.id, ["a", "b", "c"])))
+
+    assert subscriber.status == 200
+    assert [e.json["text"] for e in subscriber.events()] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("who, status", [("anonymous", 403), ("stranger", 404)])
+def test_nobody_else_may_subscribe(who, status):
+    conversation = create_conversation()
+    user = AnonymousUser() if who == "anonymous" else create_user()
+    subscriber = Subscriber(user, conversation.id)
+    asyncio.run(subscriber.run_while(publish_tokens(conversation.id, ["secret"])))
+
+    assert subscriber.status == status and "secret" not in subscriber.body
+
+
+def test_a_resumed_stream_gets_exactly_the_events_it_missed():
+    conversation = create_conversation()
+    first = Subscriber(conversation.owner, conversation.id)
+    asyncio.run(first.run_while(publish_tokens(conversation.id, ["a", "b"])))
+    last_id = first.events()[-1].id
+    later = [{"message_id": "m", "seq": 2 + i, "text": t} for i, t in enumerate(["c", "d"])]
+    for data in later:  # published while nobody listened
+        publish_on_loop(conversation.id, "token", data)
+
+    second = Subscriber(conversation.owner, conversation.id, last_event_id=last_id)
+    asyncio.run(second.run_while(nothing))
+
+    assert [e.json["text"] for e in second.events()] == ["c", "d"]
+
+
+def test_an_unknown_last_event_id_gets_stream_reset():
+    conversation = create_conversation()
+    stale = f"{id_prefix(channel_for(conversation.id))}5"  # an id from before a restart
+    subscriber = Subscriber(conversation.owner, conversation.id, last_event_id=stale)
+    asyncio.run(subscriber.run_while(publish_tokens(conversation.id, ["x"])))
+
+    assert [e.event for e in subscriber.events()] == ["stream-reset", "token"]

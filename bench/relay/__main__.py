@@ -1,0 +1,3 @@
+from bench.relay.runner import main
+
+main()

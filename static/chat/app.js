@@ -437,14 +437,10 @@ async function reloadConversation() {
 
 function openStream(conversation) {
   closeStream();
-  const stream = new ConversationStream(conversation.events_url || `/events/conversations/${conversation.id}/`, {
+  const stream = new ConversationStream(conversation.events_url, {
     onEvent: (type, data) => stream === state.stream && onStreamEvent(type, data),
     onReset: () => stream === state.stream && reloadConversation(),
     onStatus: (status) => stream === state.stream && setConnStatus(status),
-    onStreamError: (data) => {
-      if (stream === state.stream) setConnStatus("reconnecting");
-      console.warn("event stream refused", data);
-    },
     canReconnect: async () => {
       try {
         await api.get(`/api/conversations/${conversation.id}/`);

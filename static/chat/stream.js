@@ -35,13 +35,6 @@ export class ConversationStream {
       this.track(event);
       this.handlers.onReset();
     });
-    source.addEventListener("stream-error", (event) => {
-      // The server refuses this stream: start over without a Last-Event-ID.
-      this.lastId = null;
-      source.close();
-      this.handlers.onStreamError?.(parse(event.data));
-      this.reconnectLater();
-    });
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (event) => {
         if (this.closed || source !== this.source) return;
@@ -54,7 +47,7 @@ export class ConversationStream {
 
   track(event) {
     this.bump();
-    if (event.lastEventId && event.lastEventId !== "error") this.lastId = event.lastEventId;
+    if (event.lastEventId) this.lastId = event.lastEventId;
   }
 
   // A silent connection (no keep-alive for too long) is treated as dead.

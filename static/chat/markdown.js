@@ -56,14 +56,24 @@ const finalMarked = makeMarked({ highlight: true, auto: true });
 const liveMarked = makeMarked({ highlight: true, auto: false });
 const plainMarked = makeMarked({ highlight: false, auto: false });
 
-// The whole of a finished reply.
+// Text marked cannot parse (3,000 nested `>` overflow its recursion) is shown as it is.
+export function plainHtml(text) {
+  return `<p class="md-plain">${escapeHtml(text || "")}</p>`;
+}
+
+// The whole of a finished reply; never throws.
 export function markdownHtml(text) {
-  return finalMarked.parse(text || "");
+  try {
+    return finalMarked.parse(text || "");
+  } catch {
+    return plainHtml(text);
+  }
 }
 
 // The tail of a streaming reply, split into the blocks that are finished (rendered once, as
 // they will stay: `done` is null when none is) and the open last block (re-rendered with each
 // token). `doneLength` is how many chars of the tail the finished blocks hold.
+// Throws when marked cannot parse the text.
 export function streamingHtml(tail) {
   const md = tail.length > LIVE_PLAIN_AFTER ? plainMarked : liveMarked;
   const tokens = md.lexer(tail);

@@ -1,6 +1,7 @@
 // Model output into the page: HTML from markdown.js -> DOMPurify -> DOM, with code blocks
 // decorated. Model text is never put into the page as HTML without DOMPurify, and nothing
-// that loads remote content survives.
+// that loads remote content survives. A message whose Markdown cannot be rendered is shown as
+// plain text, and only that message.
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 import { markdownHtml, streamingHtml } from "./markdown.js";
 
@@ -60,8 +61,22 @@ function toFragment(html) {
   return decorate(DOMPurify.sanitize(html, PURIFY));
 }
 
+function plainFragment(text) {
+  const fragment = document.createDocumentFragment();
+  const p = document.createElement("p");
+  p.className = "md-plain";
+  p.textContent = text || "";
+  fragment.append(p);
+  return fragment;
+}
+
 export function renderMarkdown(text) {
-  return toFragment(markdownHtml(text));
+  try {
+    return toFragment(markdownHtml(text));
+  } catch (error) {
+    console.warn("Markdown rendering failed; showing the message as plain text.", error);
+    return plainFragment(text);
+  }
 }
 
 const normalize = (text) => (text || "").replace(/\r\n?/g, "\n");
@@ -85,6 +100,7 @@ export class StreamingMarkdown {
     this.live.className = "md-live";
     this.el.replaceChildren(this.done, this.live);
     this.finished = false;
+    this.plain = false;
     this.pending = false;
     this.nextAt = 0;
   }
@@ -112,7 +128,18 @@ export class StreamingMarkdown {
   frame() {
     if (this.finished) return;
     const started = performance.now();
-    this.renderTail();
+    if (!this.plain) {
+      try {
+        this.renderTail();
+      } catch (error) {
+        console.warn("Markdown rendering failed; showing the message as plain text.", error);
+        this.plain = true;
+      }
+    }
+    if (this.plain) {
+      this.done.replaceChildren();
+      this.live.replaceChildren(plainFragment(this.text));
+    }
     const cost = performance.now() - started;
     this.nextAt = performance.now() + Math.min(cost * 3, 400);
     this.onRender();

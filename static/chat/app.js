@@ -6,8 +6,9 @@ import { createNotice, createConnectionStatus } from "./notice.js";
 import { createScroll } from "./scroll.js";
 import { Conversation } from "./conversation.js";
 import { createComposer } from "./composer.js";
-import { createSidebarPanel, createConversationList } from "./sidebar.js";
-import { createSettings } from "./settings.js";
+import { createSidebarPanel, ConversationList } from "./sidebar.js";
+import { Settings } from "./settings.js";
+import { isPlainClick } from "./dom.js";
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -33,7 +34,7 @@ const conversation = new Conversation({
       settings.fill(shown);
       list.markCurrent();
     },
-    draft: () => settings.draft(),
+    draft: () => settings.draft,
     created: (created) => {
       settings.clearDraft();
       history.pushState({ id: created.id }, "", api.conversationPath(created.id));
@@ -50,7 +51,7 @@ const composer = createComposer({
   stop: () => conversation.stop(),
 });
 
-const list = createConversationList({
+const list = new ConversationList({
   list: $("#conv-list"), empty: $("#conv-empty"), search: $("#search"),
   confirm: $("#confirm-delete"), confirmText: $("#confirm-text"), notice,
   current: () => conversation.current,
@@ -59,7 +60,7 @@ const list = createConversationList({
   onDeleted: (id) => conversation.isOpen(id) && newChat(),
 });
 
-const settings = createSettings({
+const settings = new Settings({
   panel: $("#settings"), form: $("#settings-form"), status: $("#settings-status"),
   toggle: $("#settings-toggle"), cancel: $("#settings-cancel"),
   fields: { system: $("#set-system"), model: $("#set-model"), temperature: $("#set-temperature"), maxTokens: $("#set-max-tokens") },
@@ -100,7 +101,7 @@ window.addEventListener("offline", () => setConnection("offline"));
 window.addEventListener("online", () => conversation.reconnect());
 for (const link of [$("#new-chat"), $("#brand")]) {
   link.addEventListener("click", (event) => {
-    if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+    if (!isPlainClick(event)) return;
     event.preventDefault();
     newChat();
   });

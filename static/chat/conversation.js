@@ -21,7 +21,7 @@ export class Conversation {
     this.views = new Map(); // message id -> view
     this.stream = null;
     this.busy = false; // a send, edit or regenerate request in flight
-    this.loadToken = 0;
+    this.loadToken = 0; // the newest navigation wins over slower earlier ones
     this.held = new HeldEvents();
     this.pendingCount = 0;
     copyCodeOnClick(ui.messages);

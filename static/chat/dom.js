@@ -29,3 +29,7 @@ export function actionButton(label, className, iconMarkup) {
 // Enter sends, Shift+Enter makes a new line, and Enter that ends an IME composition only
 // confirms the composed text.
 export const isPlainEnter = (event) => event.key === "Enter" && !event.shiftKey && !event.isComposing;
+
+// A click that should open a link in this page; with a modifier key or another button the
+// browser does what the user asked (a new tab, a new window).
+export const isPlainClick = (event) => !(event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0);

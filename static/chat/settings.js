@@ -2,45 +2,78 @@
 // new chat's first message they are kept as a draft, sent when the conversation is created.
 import * as api from "./api.js";
 
-// fields: { system, model, temperature, maxTokens }. current() -> the open conversation's
-// JSON or null. onSaved(conversation) with the API's answer.
-export function createSettings({ panel, form, status, toggle, cancel, fields, current, onSaved }) {
-  let draft = {};
-  let modelsLoaded = false;
-
-  function setModelValue(value) {
-    if (value && ![...fields.model.options].some((o) => o.value === value)) {
-      fields.model.append(new Option(value, value));
-    }
-    fields.model.value = value || "";
+export class Settings {
+  // fields: { system, model, temperature, maxTokens }. current() -> the open conversation's
+  // JSON or null. onSaved(conversation) with the API's answer.
+  constructor({ panel, form, status, toggle, cancel, fields, current, onSaved }) {
+    Object.assign(this, { panel, status, toggle, fields, current, onSaved });
+    this.draft = {};
+    this.modelsLoaded = false;
+    const closeAndReturn = () => {
+      this.close();
+      toggle.focus();
+    };
+    toggle.addEventListener("click", () => (panel.hidden ? this.open() : this.close()));
+    cancel.addEventListener("click", closeAndReturn);
+    panel.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") closeAndReturn();
+    });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.save();
+    });
   }
 
-  async function loadModels() {
-    if (modelsLoaded) return;
+  open() {
+    this.panel.hidden = false;
+    this.toggle.setAttribute("aria-expanded", "true");
+    this.status.textContent = this.current() ? "" : "These settings apply to the new chat when you send its first message.";
+    this.loadModels();
+    this.fields.system.focus();
+  }
+
+  close() {
+    this.panel.hidden = true;
+    this.toggle.setAttribute("aria-expanded", "false");
+  }
+
+  clearDraft() {
+    this.draft = {};
+  }
+
+  fill(conversation) {
+    this.fields.system.value = conversation.system_prompt || "";
+    this.setModel(conversation.model || "");
+    this.fields.temperature.value = conversation.temperature ?? "";
+    this.fields.maxTokens.value = conversation.max_tokens ?? "";
+  }
+
+  // A conversation may name a model the server no longer lists: keep it choosable.
+  setModel(value) {
+    const select = this.fields.model;
+    if (value && ![...select.options].some((o) => o.value === value)) select.append(new Option(value, value));
+    select.value = value || "";
+  }
+
+  async loadModels() {
+    if (this.modelsLoaded) return;
     try {
       const data = await api.listModels();
-      modelsLoaded = true;
-      const chosen = fields.model.value;
+      this.modelsLoaded = true;
+      const chosen = this.fields.model.value;
       const options = [new Option("Server default", "")];
       for (const model of data.models || []) {
         const label = model.context_length ? `${model.id} (${model.context_length} tokens)` : model.id;
         options.push(new Option(label, model.id));
       }
-      fields.model.replaceChildren(...options);
-      setModelValue(chosen);
+      this.fields.model.replaceChildren(...options);
+      this.setModel(chosen);
     } catch (error) {
-      status.textContent = `Couldn't load the model list: ${error.message}`;
+      this.status.textContent = `Couldn't load the model list: ${error.message}`;
     }
   }
 
-  function fill(conversation) {
-    fields.system.value = conversation.system_prompt || "";
-    setModelValue(conversation.model || "");
-    fields.temperature.value = conversation.temperature ?? "";
-    fields.maxTokens.value = conversation.max_tokens ?? "";
-  }
-
-  function read() {
+  read() {
     const number = (input, integer) => {
       const raw = input.value.trim();
       if (!raw) return null;
@@ -50,75 +83,39 @@ export function createSettings({ panel, form, status, toggle, cancel, fields, cu
       }
       return value;
     };
+    const { system, model, temperature, maxTokens } = this.fields;
     return {
-      system_prompt: fields.system.value,
-      model: fields.model.value,
-      temperature: number(fields.temperature, false),
-      max_tokens: number(fields.maxTokens, true),
+      system_prompt: system.value,
+      model: model.value,
+      temperature: number(temperature, false),
+      max_tokens: number(maxTokens, true),
     };
   }
 
-  function open() {
-    panel.hidden = false;
-    toggle.setAttribute("aria-expanded", "true");
-    status.textContent = current() ? "" : "These settings apply to the new chat when you send its first message.";
-    loadModels();
-    fields.system.focus();
-  }
-
-  function close() {
-    panel.hidden = true;
-    toggle.setAttribute("aria-expanded", "false");
-  }
-
-  const closeAndReturn = () => {
-    close();
-    toggle.focus();
-  };
-
-  async function save() {
+  async save() {
     let values;
     try {
-      values = read();
+      values = this.read();
     } catch (error) {
-      status.textContent = error.message;
+      this.status.textContent = error.message;
       return;
     }
-    if (!current()) {
-      draft = values;
-      status.textContent = "Saved for this new chat.";
+    if (!this.current()) {
+      this.draft = values;
+      this.status.textContent = "Saved for this new chat.";
       return;
     }
-    const id = current().id;
-    status.textContent = "Saving…";
+    const id = this.current().id;
+    this.status.textContent = "Saving…";
     try {
       const updated = await api.updateConversation(id, values);
-      if (current()?.id === id) {
-        onSaved(updated);
-        fill(updated);
+      if (this.current()?.id === id) {
+        this.onSaved(updated);
+        this.fill(updated);
       }
-      status.textContent = "Saved.";
+      this.status.textContent = "Saved.";
     } catch (error) {
-      status.textContent = error.message;
+      this.status.textContent = error.message;
     }
   }
-
-  toggle.addEventListener("click", () => (panel.hidden ? open() : close()));
-  cancel.addEventListener("click", closeAndReturn);
-  panel.addEventListener("keydown", (event) => {
-    if (event.key === "Escape") closeAndReturn();
-  });
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    save();
-  });
-
-  return {
-    close,
-    fill,
-    draft: () => draft,
-    clearDraft() {
-      draft = {};
-    },
-  };
 }

@@ -1,7 +1,7 @@
 // The sidebar: the panel itself (collapsible on wide screens, a drawer over the page on
 // narrow ones) and the conversation list in it (search, open, rename, delete).
 import * as api from "./api.js";
-import { el, actionButton, ICONS } from "./dom.js";
+import { el, actionButton, ICONS, isPlainClick } from "./dom.js";
 
 const NARROW = "(max-width: 800px)";
 const narrow = () => window.matchMedia(NARROW).matches;
@@ -48,15 +48,18 @@ export function createSidebarPanel({ app, toggle, close, scrim, search }) {
 }
 
 const titleOf = (conversation) => conversation.title || "New chat";
-const plainClick = (event) => !(event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0);
 
-// current() -> the open conversation's JSON or null; onOpen(id); onTitle(id, title) when a
-// title changed; onDeleted(id); notice: { show }.
-export function createConversationList({ list, empty, search, confirm, confirmText, notice, current, onOpen, onTitle, onDeleted }) {
-  let loadToken = 0;
-  let refreshTimer = null;
+// The conversation list. current() -> the open conversation's JSON or null; onOpen(id);
+// onTitle(id, title) when a title changed; onDeleted(id); notice: { show }.
+export class ConversationList {
+  constructor({ list, empty, search, confirm, confirmText, notice, current, onOpen, onTitle, onDeleted }) {
+    Object.assign(this, { list, empty, search, confirm, confirmText, notice, current, onOpen, onTitle, onDeleted });
+    this.loadToken = 0;
+    this.refreshTimer = null;
+    search.addEventListener("input", () => this.refreshSoon(250));
+  }
 
-  function item(conversation) {
+  item(conversation) {
     const li = el("li", "conv-item");
     li.dataset.id = conversation.id;
     const link = el("a", "conv-link", titleOf(conversation));
@@ -66,18 +69,18 @@ export function createConversationList({ list, empty, search, confirm, confirmTe
     const remove = actionButton(`Delete “${titleOf(conversation)}”`, "conv-delete", ICONS.delete);
     li.append(link, rename, remove);
     link.addEventListener("click", (event) => {
-      if (!plainClick(event)) return;
+      if (!isPlainClick(event)) return;
       event.preventDefault();
-      onOpen(conversation.id);
+      this.onOpen(conversation.id);
     });
-    rename.addEventListener("click", () => startRename(li, conversation));
-    remove.addEventListener("click", () => confirmDelete(conversation));
+    rename.addEventListener("click", () => this.startRename(li, conversation));
+    remove.addEventListener("click", () => this.confirmDelete(conversation));
     return li;
   }
 
-  function markCurrent() {
-    const open = current();
-    for (const li of list.children) {
+  markCurrent() {
+    const open = this.current();
+    for (const li of this.list.children) {
       const link = li.querySelector(".conv-link");
       const isCurrent = Boolean(open) && li.dataset.id === open.id;
       li.classList.toggle("current", isCurrent);
@@ -86,43 +89,43 @@ export function createConversationList({ list, empty, search, confirm, confirmTe
     }
   }
 
-  function upsert(conversation, { top = false } = {}) {
-    const existing = list.querySelector(`li[data-id="${conversation.id}"]`);
-    const li = item(conversation);
+  upsert(conversation, { top = false } = {}) {
+    const existing = this.list.querySelector(`li[data-id="${conversation.id}"]`);
+    const li = this.item(conversation);
     if (existing) existing.replaceWith(li);
-    else if (top) list.prepend(li);
-    else list.append(li);
-    empty.hidden = true;
-    markCurrent();
+    else if (top) this.list.prepend(li);
+    else this.list.append(li);
+    this.empty.hidden = true;
+    this.markCurrent();
   }
 
-  async function load() {
-    const token = ++loadToken;
-    const query = search.value.trim();
+  async load() {
+    const token = ++this.loadToken;
+    const query = this.search.value.trim();
     try {
       const data = await api.listConversations(query);
-      if (token !== loadToken) return;
-      list.replaceChildren(...data.conversations.map(item));
-      empty.hidden = data.conversations.length > 0;
-      empty.textContent = query ? "No conversations match." : "No conversations yet.";
-      markCurrent();
+      if (token !== this.loadToken) return;
+      this.list.replaceChildren(...data.conversations.map((c) => this.item(c)));
+      this.empty.hidden = data.conversations.length > 0;
+      this.empty.textContent = query ? "No conversations match." : "No conversations yet.";
+      this.markCurrent();
       // The server titles a new conversation from its first message; the list brings the title.
-      const open = current();
+      const open = this.current();
       const listed = open && data.conversations.find((c) => c.id === open.id);
-      if (listed && listed.title && listed.title !== open.title) onTitle(listed.id, listed.title);
+      if (listed && listed.title && listed.title !== open.title) this.onTitle(listed.id, listed.title);
     } catch (error) {
-      if (token !== loadToken) return;
-      empty.hidden = false;
-      empty.textContent = `Couldn't load conversations: ${error.message}`;
+      if (token !== this.loadToken) return;
+      this.empty.hidden = false;
+      this.empty.textContent = `Couldn't load conversations: ${error.message}`;
     }
   }
 
-  function refreshSoon(delay = 300) {
-    clearTimeout(refreshTimer);
-    refreshTimer = setTimeout(load, delay);
+  refreshSoon(delay = 300) {
+    clearTimeout(this.refreshTimer);
+    this.refreshTimer = setTimeout(() => this.load(), delay);
   }
 
-  function startRename(li, conversation) {
+  startRename(li, conversation) {
     const link = li.querySelector(".conv-link");
     const input = el("input", "conv-rename-input");
     input.type = "text";
@@ -135,23 +138,15 @@ export function createConversationList({ list, empty, search, confirm, confirmTe
     input.focus();
     input.select();
     let finished = false;
-    const finish = async (save) => {
+    const finish = (save) => {
       if (finished) return;
       finished = true;
-      const title = input.value.trim();
       input.remove();
       link.hidden = false;
       li.classList.remove("renaming");
-      if (!save || title === (conversation.title || "")) return link.focus();
-      try {
-        const updated = await api.updateConversation(conversation.id, { title });
-        delete updated.messages;
-        upsert(updated);
-        onTitle(updated.id, updated.title);
-        list.querySelector(`li[data-id="${updated.id}"] .conv-link`)?.focus();
-      } catch (error) {
-        notice.show(error.message);
-      }
+      const title = input.value.trim();
+      if (!save || title === (conversation.title || "")) link.focus();
+      else this.rename(conversation.id, title);
     };
     input.addEventListener("keydown", (event) => {
       if (event.key === "Enter" || event.key === "Escape") {
@@ -162,25 +157,37 @@ export function createConversationList({ list, empty, search, confirm, confirmTe
     input.addEventListener("blur", () => finish(true));
   }
 
-  function confirmDelete(conversation) {
-    confirmText.textContent = `“${titleOf(conversation)}” and all its messages will be deleted.`;
+  async rename(id, title) {
+    try {
+      const updated = await api.updateConversation(id, { title });
+      delete updated.messages;
+      this.upsert(updated);
+      this.onTitle(updated.id, updated.title);
+      this.list.querySelector(`li[data-id="${updated.id}"] .conv-link`)?.focus();
+    } catch (error) {
+      this.notice.show(error.message);
+    }
+  }
+
+  confirmDelete(conversation) {
+    const { confirm } = this;
+    this.confirmText.textContent = `“${titleOf(conversation)}” and all its messages will be deleted.`;
     confirm.returnValue = "";
     confirm.showModal();
-    confirm.addEventListener("close", async () => {
-      if (confirm.returnValue !== "delete") return;
-      try {
-        await api.deleteConversation(conversation.id);
-        list.querySelector(`li[data-id="${conversation.id}"]`)?.remove();
-        empty.hidden = list.children.length > 0;
-        empty.textContent = "No conversations yet.";
-        onDeleted(conversation.id);
-      } catch (error) {
-        notice.show(error.message);
-      }
+    confirm.addEventListener("close", () => {
+      if (confirm.returnValue === "delete") this.delete(conversation.id);
     }, { once: true });
   }
 
-  search.addEventListener("input", () => refreshSoon(250));
-
-  return { load, refreshSoon, upsert, markCurrent };
+  async delete(id) {
+    try {
+      await api.deleteConversation(id);
+      this.list.querySelector(`li[data-id="${id}"]`)?.remove();
+      this.empty.hidden = this.list.children.length > 0;
+      this.empty.textContent = "No conversations yet.";
+      this.onDeleted(id);
+    } catch (error) {
+      this.notice.show(error.message);
+    }
+  }
 }

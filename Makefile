@@ -16,6 +16,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	@bash scripts/ensure-chromium.sh
+	@bash scripts/ensure-node.sh
+	@if command -v node >/dev/null 2>&1; then echo "node --test tests/js/"; node --test tests/js/; fi
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench-inference: $(STAMP)

@@ -1,4 +1,6 @@
 // The site's JSON API: session cookie + CSRF header, JSON in and out, readable errors.
+// Every address the page uses is written here and nowhere else; the event stream's address
+// comes from the server, in each conversation's `events_url`.
 
 export class ApiError extends Error {
   constructor(message, status, data = null) {
@@ -30,7 +32,7 @@ const FALLBACK_MESSAGES = {
   504: "The model server took too long to answer. Try again shortly.",
 };
 
-export async function api(method, path, body) {
+async function request(method, path, body) {
   const headers = { Accept: "application/json" };
   const init = { method, headers, credentials: "same-origin" };
   if (method !== "GET") headers["X-CSRFToken"] = cookie("csrftoken");
@@ -61,7 +63,44 @@ export async function api(method, path, body) {
   return data;
 }
 
-export const get = (path) => api("GET", path);
-export const post = (path, body = {}) => api("POST", path, body);
-export const patch = (path, body) => api("PATCH", path, body);
-export const del = (path) => api("DELETE", path);
+// ---- conversations
+
+export const listConversations = (query = "") =>
+  request("GET", `/api/conversations/${query ? `?q=${encodeURIComponent(query)}` : ""}`);
+
+export const createConversation = (settings = {}) => request("POST", "/api/conversations/", settings);
+
+export const getConversation = (id) => request("GET", `/api/conversations/${id}/`);
+
+export const updateConversation = (id, fields) => request("PATCH", `/api/conversations/${id}/`, fields);
+
+export const deleteConversation = (id) => request("DELETE", `/api/conversations/${id}/`);
+
+// ---- messages
+
+export const sendMessage = (conversationId, content) =>
+  request("POST", `/api/conversations/${conversationId}/messages/`, { content });
+
+export const getMessage = (id) => request("GET", `/api/messages/${id}/`);
+
+export const stopReply = (messageId) => request("POST", `/api/messages/${messageId}/stop/`, {});
+
+export const regenerateReply = (messageId) => request("POST", `/api/messages/${messageId}/regenerate/`, {});
+
+export const editMessage = (messageId, content) =>
+  request("POST", `/api/messages/${messageId}/edit/`, { content });
+
+// ---- models
+
+export const listModels = () => request("GET", "/api/models/");
+
+// ---- page addresses (the browser's location bar, not the API)
+
+export const HOME_PATH = "/";
+
+export const conversationPath = (id) => `/c/${id}/`;
+
+export function conversationIdFromPath(pathname) {
+  const match = pathname.match(/^\/c\/([0-9a-f-]{36})\/?$/i);
+  return match ? match[1] : null;
+}

@@ -1,61 +1,9 @@
-// Markdown for model output: marked -> DOMPurify -> DOM, with highlighted code blocks.
-// Model text is never put into the page as HTML without DOMPurify, raw HTML in the
-// Markdown is shown as text, and nothing that loads remote content survives.
-import { Marked } from "../vendor/marked/marked.esm.js";
+// Model output into the page: HTML from markdown.js -> DOMPurify -> DOM, with code blocks
+// decorated. Model text is never put into the page as HTML without DOMPurify, and nothing
+// that loads remote content survives. A message whose Markdown cannot be rendered is shown as
+// plain text, and only that message.
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
-import hljs from "../vendor/highlight/highlight.min.js";
-
-const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
-export const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
-
-const MAX_HIGHLIGHT = 60000;
-const MAX_AUTO_HIGHLIGHT = 8000;
-
-function codeLanguage(info) {
-  return (info || "").trim().split(/\s+/)[0].toLowerCase().replace(/[^\w+#.-]/g, "").slice(0, 30);
-}
-
-function makeMarked({ highlight, auto }) {
-  const md = new Marked({ gfm: true, breaks: false });
-  md.use({
-    renderer: {
-      // Raw HTML written by the model is shown as the text it is.
-      html(token) {
-        return escapeHtml(token.raw ?? token.text ?? "");
-      },
-      // Images would load remote content: show a link to them instead.
-      image(token) {
-        const label = escapeHtml(token.text || "image");
-        return `<a href="${escapeHtml(token.href || "")}">[${label}]</a>`;
-      },
-      code(token) {
-        const lang = codeLanguage(token.lang);
-        const text = token.text || "";
-        let body = null;
-        let cls = "hljs";
-        if (highlight && text.length <= MAX_HIGHLIGHT) {
-          try {
-            if (lang && hljs.getLanguage(lang)) {
-              body = hljs.highlight(text, { language: lang, ignoreIllegals: true }).value;
-            } else if (!lang && auto && text.length <= MAX_AUTO_HIGHLIGHT) {
-              body = hljs.highlightAuto(text).value;
-            }
-          } catch {
-            body = null;
-          }
-        }
-        if (body === null) body = escapeHtml(text);
-        if (lang) cls += ` language-${lang}`;
-        return `<pre data-lang="${escapeHtml(lang)}"><code class="${cls}">${body}\n</code></pre>\n`;
-      },
-    },
-  });
-  return md;
-}
-
-const finalMarked = makeMarked({ highlight: true, auto: true });
-const liveMarked = makeMarked({ highlight: true, auto: false });
-const plainMarked = makeMarked({ highlight: false, auto: false });
+import { markdownHtml, streamingHtml } from "./markdown.js";
 
 const PURIFY = {
   USE_PROFILES: { html: true },
@@ -109,12 +57,26 @@ function decorate(fragment) {
   return fragment;
 }
 
-export function toFragment(html) {
+function toFragment(html) {
   return decorate(DOMPurify.sanitize(html, PURIFY));
 }
 
+function plainFragment(text) {
+  const fragment = document.createDocumentFragment();
+  const p = document.createElement("p");
+  p.className = "md-plain";
+  p.textContent = text || "";
+  fragment.append(p);
+  return fragment;
+}
+
 export function renderMarkdown(text) {
-  return toFragment(finalMarked.parse(text || ""));
+  try {
+    return toFragment(markdownHtml(text));
+  } catch (error) {
+    console.warn("Markdown rendering failed; showing the message as plain text.", error);
+    return plainFragment(text);
+  }
 }
 
 const normalize = (text) => (text || "").replace(/\r\n?/g, "\n");
@@ -138,6 +100,7 @@ export class StreamingMarkdown {
     this.live.className = "md-live";
     this.el.replaceChildren(this.done, this.live);
     this.finished = false;
+    this.plain = false;
     this.pending = false;
     this.nextAt = 0;
   }
@@ -165,23 +128,30 @@ export class StreamingMarkdown {
   frame() {
     if (this.finished) return;
     const started = performance.now();
-    const tail = this.text.slice(this.committed);
-    const md = tail.length > 20000 ? plainMarked : liveMarked;
-    const tokens = md.lexer(tail);
-    let last = tokens.length - 1;
-    while (last > 0 && tokens[last].type === "space") last--;
-    if (last > 0) {
-      const finished = tokens.slice(0, last);
-      finished.links = tokens.links;
-      this.done.append(toFragment(finalMarked.parser(finished)));
-      this.committed += finished.reduce((n, token) => n + token.raw.length, 0);
+    if (!this.plain) {
+      try {
+        this.renderTail();
+      } catch (error) {
+        console.warn("Markdown rendering failed; showing the message as plain text.", error);
+        this.plain = true;
+      }
     }
-    const open = tokens.slice(Math.max(last, 0));
-    open.links = tokens.links;
-    this.live.replaceChildren(toFragment(md.parser(open)));
+    if (this.plain) {
+      this.done.replaceChildren();
+      this.live.replaceChildren(plainFragment(this.text));
+    }
     const cost = performance.now() - started;
     this.nextAt = performance.now() + Math.min(cost * 3, 400);
     this.onRender();
+  }
+
+  renderTail() {
+    const part = streamingHtml(this.text.slice(this.committed));
+    if (part.done !== null) {
+      this.done.append(toFragment(part.done));
+      this.committed += part.doneLength;
+    }
+    this.live.replaceChildren(toFragment(part.open));
   }
 
   finish(text) {

@@ -1,12 +1,20 @@
-// One EventSource per open conversation, and the exactly-once bookkeeping for replies.
+// One EventSource per open conversation, resumed from the last event seen.
+// The EventSource constructor and the timers are passed in, so this runs under Node's test
+// runner with fakes.
+import { systemClock } from "./clock.js";
 
 const EVENT_TYPES = ["message.start", "token", "message.end", "message.error"];
 const SILENCE_LIMIT_MS = 50000; // keep-alives come every 20 s
+const CLOSED = 2; // EventSource.CLOSED
+const HELD_EVENTS_LIMIT = 5000;
 
 export class ConversationStream {
-  constructor(url, handlers) {
+  // handlers: onEvent(type, data), onReset(), onStatus(status), canReconnect() -> bool.
+  constructor(url, handlers, { EventSource = globalThis.EventSource, clock = systemClock } = {}) {
     this.url = url;
     this.handlers = handlers;
+    this.EventSource = EventSource;
+    this.clock = clock;
     this.lastId = null;
     this.closed = false;
     this.retryDelay = 1000;
@@ -16,8 +24,10 @@ export class ConversationStream {
 
   connect() {
     if (this.closed) return;
+    // ?lastEventId= because a new EventSource cannot be given a Last-Event-ID header.
     const url = this.lastId ? `${this.url}?lastEventId=${encodeURIComponent(this.lastId)}` : this.url;
-    const source = (this.source = new EventSource(url));
+    const source = (this.source = new this.EventSource(url));
+    const current = () => !this.closed && source === this.source;
     source.addEventListener("stream-open", () => {
       this.retryDelay = 1000;
       this.resolveReady();
@@ -26,25 +36,19 @@ export class ConversationStream {
     });
     source.onopen = () => this.bump();
     source.onerror = () => {
-      if (this.closed || source !== this.source) return;
+      if (!current()) return;
       this.setStatus("reconnecting");
-      if (source.readyState === EventSource.CLOSED) this.reconnectLater();
+      // CONNECTING: the browser retries by itself, sending Last-Event-ID. CLOSED: it gave up.
+      if (source.readyState === CLOSED) this.reconnectLater();
     };
     source.addEventListener("keep-alive", () => this.bump());
     source.addEventListener("stream-reset", (event) => {
       this.track(event);
       this.handlers.onReset();
     });
-    source.addEventListener("stream-error", (event) => {
-      // The server refuses this stream: start over without a Last-Event-ID.
-      this.lastId = null;
-      source.close();
-      this.handlers.onStreamError?.(parse(event.data));
-      this.reconnectLater();
-    });
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (event) => {
-        if (this.closed || source !== this.source) return;
+        if (!current()) return;
         this.track(event);
         const data = parse(event.data);
         if (data && data.message_id) this.handlers.onEvent(type, data);
@@ -54,24 +58,21 @@ export class ConversationStream {
 
   track(event) {
     this.bump();
-    if (event.lastEventId && event.lastEventId !== "error") this.lastId = event.lastEventId;
+    if (event.lastEventId) this.lastId = event.lastEventId;
   }
 
-  // A silent connection (no keep-alive for too long) is treated as dead.
+  // A connection that stays silent past the keep-alive interval is dead without saying so.
   bump() {
-    clearTimeout(this.silenceTimer);
+    this.clock.clearTimeout(this.silenceTimer);
     if (this.closed) return;
-    this.silenceTimer = setTimeout(() => {
-      if (this.closed) return;
-      this.restart();
-    }, SILENCE_LIMIT_MS);
+    this.silenceTimer = this.clock.setTimeout(() => this.restart(), SILENCE_LIMIT_MS);
   }
 
   reconnectLater() {
     if (this.closed) return;
-    clearTimeout(this.retryTimer);
+    this.clock.clearTimeout(this.retryTimer);
     this.source.close();
-    this.retryTimer = setTimeout(async () => {
+    this.retryTimer = this.clock.setTimeout(async () => {
       if (this.closed) return;
       const go = await (this.handlers.canReconnect?.() ?? true);
       if (!go) {
@@ -100,8 +101,8 @@ export class ConversationStream {
 
   close() {
     this.closed = true;
-    clearTimeout(this.retryTimer);
-    clearTimeout(this.silenceTimer);
+    this.clock.clearTimeout(this.retryTimer);
+    this.clock.clearTimeout(this.silenceTimer);
     this.source?.close();
     this.resolveReady();
   }
@@ -115,106 +116,22 @@ function parse(text) {
   }
 }
 
-// Exactly-once assembly of one reply's text from token events and API snapshots.
-// `expected` is the next seq to apply; tokens below it are duplicates, tokens above it
-// wait in `buffer` while the saved text is fetched (it holds seq 0..next_seq-1).
-export class ReplyText {
-  constructor(message, { fetchMessage, onChange }) {
-    this.id = message.id;
-    this.content = message.content || "";
-    this.expected = message.next_seq || 0;
-    this.status = message.status;
-    this.buffer = new Map();
-    this.fetchMessage = fetchMessage;
-    this.onChange = onChange;
-    this.fetching = false;
-    this.refetchTimer = null;
-    this.lastActivity = performance.now();
+// Events for a reply the page does not show yet: the POST that creates it may still be on its
+// way while its first tokens already arrive. They are replayed once the reply is shown.
+export class HeldEvents {
+  constructor(limit = HELD_EVENTS_LIMIT) {
+    this.limit = limit;
+    this.events = [];
   }
 
-  get streaming() {
-    return this.status === "streaming";
+  hold(type, data) {
+    this.events.push([type, data]);
+    if (this.events.length > this.limit) this.events.shift();
   }
 
-  token(seq, text) {
-    this.lastActivity = performance.now();
-    if (!this.streaming || seq < this.expected) return;
-    if (seq === this.expected) {
-      if (!this.hasGap) {
-        clearTimeout(this.refetchTimer);
-        this.idleDelay = 1000;
-      }
-      this.content += text;
-      this.expected += 1;
-      this.drain();
-      this.onChange();
-    } else {
-      this.buffer.set(seq, text);
-      this.sync();
-    }
-  }
-
-  drain() {
-    for (const seq of this.buffer.keys()) if (seq < this.expected) this.buffer.delete(seq);
-    while (this.buffer.has(this.expected)) {
-      this.content += this.buffer.get(this.expected);
-      this.buffer.delete(this.expected);
-      this.expected += 1;
-    }
-  }
-
-  get hasGap() {
-    return this.buffer.size > 0;
-  }
-
-  // Apply a message JSON from the API (page load, refetch, conversation reload).
-  snapshot(message) {
-    this.lastActivity = performance.now();
-    if (message.status !== "streaming") {
-      this.content = message.content || "";
-      this.expected = message.next_seq ?? this.expected;
-      this.buffer.clear();
-      this.status = message.status;
-    } else if ((message.next_seq || 0) >= this.expected) {
-      this.content = message.content || "";
-      this.expected = message.next_seq || 0;
-      this.drain();
-    }
-    this.onChange(message);
-    if (this.streaming && this.hasGap) this.scheduleRefetch();
-  }
-
-  // Fetch the saved message now (one request at a time).
-  async sync() {
-    if (this.fetching) return;
-    this.fetching = true;
-    clearTimeout(this.refetchTimer);
-    try {
-      const message = await this.fetchMessage(this.id);
-      if (message) {
-        this.snapshot(message);
-        // Still streaming and nothing newer than the saved text: the events we lack may
-        // all have been sent already; look again (less often each time) until tokens come.
-        if (this.streaming && !this.hasGap && (message.next_seq || 0) >= this.expected) {
-          this.idleDelay = Math.min((this.idleDelay || 500) * 2, 8000);
-          this.scheduleRefetch(this.idleDelay);
-        }
-      }
-    } catch {
-      this.scheduleRefetch(1500);
-    } finally {
-      this.fetching = false;
-    }
-  }
-
-  scheduleRefetch(delay = 500) {
-    clearTimeout(this.refetchTimer);
-    this.refetchTimer = setTimeout(() => this.sync(), delay);
-  }
-
-  dispose() {
-    clearTimeout(this.refetchTimer);
-    this.fetchMessage = async () => null;
-    this.onChange = () => {};
+  take(messageId) {
+    const mine = this.events.filter(([, data]) => data.message_id === messageId);
+    this.events = this.events.filter(([, data]) => data.message_id !== messageId);
+    return mine;
   }
 }

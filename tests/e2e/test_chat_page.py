@@ -279,6 +279,27 @@ def test_settings_regenerate_and_edit(chat_page):
     assert page.locator(".msg-user .bubble").all_inner_texts() == ["four five six"]
 
 
+def test_too_deeply_nested_markdown_is_shown_as_text(chat_page):
+    """3,000 nested `>` overflow the Markdown parser's stack: that one message is shown as
+    the text it is, and the messages after it still render, live and after a reload."""
+    page, client = chat_page
+    deep = ">" * 3000 + " deep <b>end</b>"
+    send(page, deep)
+    wait_reply_status(page, "complete")
+    send(page, "after **bold**")
+    page.wait_for_function("() => document.querySelectorAll('.msg-assistant').length === 2")
+    wait_reply_status(page, "complete")
+    for reload in (False, True):
+        if reload:
+            page.reload()
+            page.wait_for_selector("html[data-ready='1']")
+        replies = page.locator(".msg-assistant .msg-body")
+        assert replies.count() == 2
+        assert norm(replies.nth(0).inner_text()) == deep
+        assert replies.nth(0).locator("b, blockquote").count() == 0
+        assert replies.nth(1).locator("strong").inner_text() == "bold"
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, screenshot_dir, scheme):
     client = make_site_user()

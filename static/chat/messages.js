@@ -1,0 +1,206 @@
+// The DOM of one message: the user's bubble (with edit) and the assistant's reply (text,
+// typing dots, error with Retry, meta line, copy and regenerate). A view paints state it is
+// given; it changes nothing but its own nodes.
+import { el, actionButton, ICONS, isPlainEnter } from "./dom.js";
+import { StreamingMarkdown, copyText } from "./render.js";
+
+const STATUS_ERRORS = {
+  failed: "The reply failed.",
+  interrupted: "The reply was interrupted before it finished.",
+};
+
+export function formatMeta(m) {
+  const parts = [];
+  if (m.model) parts.push(m.model);
+  if (m.ttft_ms != null) parts.push(`first token ${m.ttft_ms < 1000 ? Math.round(m.ttft_ms) + " ms" : (m.ttft_ms / 1000).toFixed(1) + " s"}`);
+  if (m.tokens_per_second != null) parts.push(`${Number(m.tokens_per_second).toFixed(1)} tok/s`);
+  if (m.completion_tokens != null) parts.push(`${m.completion_tokens} tokens`);
+  if (m.finish_reason === "length") parts.push("stopped at the token limit");
+  if (m.status === "cancelled" || m.finish_reason === "cancelled") parts.push("stopped");
+  return parts.join(" · ");
+}
+
+async function flashCopied(button, promise) {
+  const ok = await promise;
+  button.classList.add(ok ? "copied" : "copy-failed");
+  const label = button.getAttribute("aria-label");
+  button.setAttribute("aria-label", ok ? "Copied" : "Copy failed");
+  setTimeout(() => {
+    button.classList.remove("copied", "copy-failed");
+    button.setAttribute("aria-label", label);
+  }, 1500);
+}
+
+// actions: onEdit(view).
+export function userView(message, { onEdit }) {
+  const root = el("article", "msg msg-user");
+  root.dataset.role = "user";
+  const bubble = el("div", "bubble", message.content);
+  const actions = el("div", "msg-actions");
+  const edit = actionButton("Edit and resend", "edit", ICONS.edit);
+  const copy = actionButton("Copy message", "copy", ICONS.copy);
+  actions.append(edit, copy);
+  root.append(bubble, actions);
+  const view = {
+    kind: "user",
+    id: message.id,
+    root,
+    message,
+    get pending() {
+      return root.classList.contains("pending");
+    },
+    // The pending bubble becomes the saved message once the POST answers.
+    confirm(saved) {
+      view.message = saved;
+      view.setId(saved.id);
+      root.classList.remove("pending");
+    },
+    setId(id) {
+      view.id = id;
+      root.dataset.messageId = id;
+    },
+    setState({ isLast, busy }) {
+      edit.hidden = !isLast;
+      edit.disabled = busy;
+    },
+  };
+  view.setId(message.id);
+  if (message.pending) root.classList.add("pending");
+  edit.addEventListener("click", () => onEdit(view));
+  copy.addEventListener("click", () => flashCopied(copy, copyText(view.message.content)));
+  return view;
+}
+
+function assistantNodes() {
+  const root = el("article", "msg msg-assistant");
+  root.dataset.role = "assistant";
+  const body = el("div", "msg-body md");
+  const typing = el("div", "typing");
+  typing.setAttribute("aria-label", "The model is writing");
+  typing.append(el("span"), el("span"), el("span"));
+  const error = el("div", "msg-error");
+  error.setAttribute("role", "alert");
+  const errorText = el("p", "msg-error-text");
+  const retry = el("button", "button small", "Retry");
+  retry.type = "button";
+  error.append(errorText, retry);
+  error.hidden = true;
+  const foot = el("div", "msg-foot");
+  const meta = el("span", "msg-meta");
+  const actions = el("div", "msg-actions");
+  const copy = actionButton("Copy reply", "copy", ICONS.copy);
+  const regen = actionButton("Regenerate reply", "regenerate", ICONS.regen);
+  actions.append(copy, regen);
+  foot.append(actions, meta);
+  root.append(body, typing, error, foot);
+  return { root, body, typing, error, errorText, retry, foot, meta, copy, regen };
+}
+
+// A view of a Reply (reply.js). actions: onRegenerate(view), onRender() after each paint of
+// new text (the page follows the stream).
+export function assistantView(reply, { onRegenerate, onRender }) {
+  const n = assistantNodes();
+  n.root.dataset.messageId = reply.id;
+  const md = new StreamingMarkdown(n.body, { onRender });
+  const view = {
+    kind: "assistant",
+    id: reply.id,
+    root: n.root,
+    reply,
+    isLast: false,
+    busy: false,
+    paint() {
+      const m = reply.message;
+      const text = reply.content;
+      const streaming = reply.streaming;
+      n.root.dataset.status = streaming ? "streaming" : m.status;
+      if (streaming) {
+        md.set(text);
+        n.body.setAttribute("aria-busy", "true");
+      } else {
+        if (!md.finished || md.text !== text) md.finish(text);
+        n.body.removeAttribute("aria-busy");
+      }
+      n.typing.hidden = !(streaming && !text);
+      const problem = !streaming && (m.status === "failed" || m.status === "interrupted");
+      n.error.hidden = !problem;
+      if (problem) {
+        n.errorText.textContent = m.error || STATUS_ERRORS[m.status];
+        n.retry.hidden = !view.isLast || m.retryable === false;
+        n.retry.disabled = view.busy;
+      }
+      n.foot.hidden = streaming;
+      n.meta.textContent = streaming ? "" : formatMeta(m);
+      n.copy.hidden = !text;
+      n.regen.hidden = !view.isLast || problem;
+      n.regen.disabled = view.busy;
+    },
+    setState({ isLast, busy }) {
+      view.isLast = isLast;
+      view.busy = busy;
+      view.paint();
+    },
+    dispose() {
+      reply.dispose();
+    },
+  };
+  n.copy.addEventListener("click", () => flashCopied(n.copy, copyText(reply.content)));
+  n.regen.addEventListener("click", () => onRegenerate(view));
+  n.retry.addEventListener("click", () => onRegenerate(view));
+  return view;
+}
+
+// Code block copy buttons (the Markdown renderer adds them; one listener serves all).
+export function copyCodeOnClick(container) {
+  container.addEventListener("click", (event) => {
+    const button = event.target.closest(".copy-code");
+    if (!button) return;
+    const code = button.closest(".code-block")?.querySelector("code");
+    copyText(code ? code.textContent.replace(/\n$/, "") : "").then((ok) => {
+      button.textContent = ok ? "Copied" : "Copy failed";
+      setTimeout(() => (button.textContent = "Copy"), 1500);
+    });
+  });
+}
+
+// The inline editor under a user message. onSubmit(text) resolves to true once the edit is
+// sent (the conversation then replaces this message, form and all).
+export function openEditForm(view, onSubmit) {
+  const root = view.root;
+  root.classList.add("editing");
+  const form = el("form", "edit-form");
+  const label = el("label", "visually-hidden", "Edit your message");
+  const area = el("textarea");
+  area.id = `edit-${view.id}`;
+  label.htmlFor = area.id;
+  area.value = view.message.content;
+  area.rows = Math.min(12, Math.max(2, area.value.split("\n").length));
+  const buttons = el("div", "edit-actions");
+  const cancel = el("button", "button subtle", "Cancel");
+  cancel.type = "button";
+  const save = el("button", "button primary", "Send");
+  save.type = "submit";
+  buttons.append(cancel, save);
+  form.append(label, area, buttons);
+  root.append(form);
+  area.focus();
+  area.setSelectionRange(area.value.length, area.value.length);
+  const close = () => {
+    form.remove();
+    root.classList.remove("editing");
+  };
+  cancel.addEventListener("click", close);
+  area.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") close();
+    if (isPlainEnter(event)) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!area.value.trim()) return;
+    save.disabled = true;
+    if (!(await onSubmit(area.value))) save.disabled = false;
+  });
+}

@@ -1,5 +1,6 @@
-"""Streams replies from OpenAI-compatible servers (ours, vLLM, TGI, llama.cpp, Ollama) with
-httpx: least in-flight server first, another server tried only before the first token."""
+"""Streams replies from OpenAI-compatible servers (ours, vLLM, TGI, llama.cpp, Ollama): least
+in-flight server first, another server tried only before the first token. Reply streams go
+through transport.py's lean client; model lists through httpx."""
 
 import asyncio
 import json
@@ -10,6 +11,7 @@ import weakref
 import httpx
 from django.conf import settings
 
+from chat.inference_client.transport import StreamResponse, open_stream
 from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClient, InferenceError
 
 logger = logging.getLogger(__name__)
@@ -38,20 +40,21 @@ class HttpInferenceClient(InferenceClient):
         self.urls = [url.rstrip("/") for url in settings.INFERENCE_URLS]
         self.in_flight = {url: 0 for url in self.urls}
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.headers = {}
+        if settings.INFERENCE_API_KEY:
+            self.headers["Authorization"] = f"Bearer {settings.INFERENCE_API_KEY}"
 
     def _http(self) -> httpx.AsyncClient:
-        # One connection pool per event loop: tests and management commands run their own.
+        """For everything but reply streams (see transport.py). One connection pool per
+        event loop: tests and management commands run their own."""
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            headers = {}
-            if settings.INFERENCE_API_KEY:
-                headers["Authorization"] = f"Bearer {settings.INFERENCE_API_KEY}"
             timeout = httpx.Timeout(
                 connect=settings.INFERENCE_CONNECT_TIMEOUT, read=None, write=30, pool=30
             )
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=100)
-            client = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
+            client = httpx.AsyncClient(headers=self.headers, timeout=timeout, limits=limits)
             self._clients[loop] = client
         return client
 
@@ -59,7 +62,7 @@ class HttpInferenceClient(InferenceClient):
         return sorted(self.urls, key=lambda url: self.in_flight[url])
 
     async def stream_chat(self, request: ChatRequest):
-        body = _request_body(request)
+        body = json.dumps(_request_body(request)).encode()
         deadline = time.monotonic() + settings.INFERENCE_BUSY_RETRY_SECONDS
         backoff = 0.25
         while True:
@@ -76,14 +79,14 @@ class HttpInferenceClient(InferenceClient):
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 4.0)
 
-    async def _stream_from(self, url: str, body: dict):
+    async def _stream_from(self, url: str, body: bytes):
         self.in_flight[url] += 1
         started = False
         try:
-            request = self._http().build_request("POST", f"{url}/v1/chat/completions", json=body)
             try:
-                response = await self._http().send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                async with asyncio.timeout(settings.INFERENCE_CONNECT_TIMEOUT):
+                    response = await open_stream(f"{url}/v1/chat/completions", body, self.headers)
+            except (OSError, TimeoutError) as exc:
                 logger.warning("inference server %s unreachable: %s", url, exc)
                 raise _TryNext(UNREACHABLE) from exc
             try:
@@ -92,8 +95,8 @@ class HttpInferenceClient(InferenceClient):
                     started = True
                     yield item
             finally:
-                await response.aclose()
-        except httpx.HTTPError as exc:
+                response.close()
+        except OSError as exc:
             if not started:
                 raise _TryNext(UNREACHABLE) from exc
             raise _dropped() from exc
@@ -139,65 +142,50 @@ def _dropped() -> InferenceError:
     )
 
 
-async def _raise_for_status(response: httpx.Response) -> None:
-    if response.status_code < 400:
+async def _raise_for_status(response: StreamResponse) -> None:
+    if response.status < 400:
         return
-    await response.aread()
-    if response.status_code == 503:
+    body = await response.read_body()
+    if response.status == 503:
         raise _TryNext(BUSY)
-    detail = _error_message(response)
-    if response.status_code == 401:
+    detail = _error_message(body, response.status)
+    if response.status == 401:
         raise InferenceError(
             "The site is not allowed to use the model server (check INFERENCE_API_KEY).",
             retryable=False,
             kind="auth",
         )
-    if response.status_code == 404:
+    if response.status == 404:
         raise InferenceError(
             f"The model server does not have this model: {detail}", retryable=False, kind="model"
         )
-    if response.status_code == 429:
+    if response.status == 429:
         raise InferenceError(
             "The model server is rate limiting requests. Try again in a moment.",
             retryable=True,
             kind="rate_limited",
         )
-    if 400 <= response.status_code < 500:
+    if 400 <= response.status < 500:
         raise InferenceError(
             f"The model server refused this request: {detail}", retryable=False, kind="refused"
         )
     raise _TryNext(
         InferenceError(
-            f"The model server failed ({response.status_code}): {detail}",
+            f"The model server failed ({response.status}): {detail}",
             retryable=True,
             kind="upstream",
         )
     )
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(body: bytes, status: int) -> str:
     try:
-        return str(response.json()["error"]["message"])
+        return str(json.loads(body)["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return response.text[:200] or response.reason_phrase
+        return body[:200].decode("utf-8", "replace") or f"HTTP {status}"
 
 
-async def _sse_data(response: httpx.Response):
-    """The `data:` payloads of an event stream, as bytes. At thousands of chunks a second
-    httpx's text and line decoders were a visible part of the relay's CPU (py-spy); bytes
-    split here skip them, and json.loads takes bytes."""
-    buffer = b""
-    async for chunk in response.aiter_bytes():
-        buffer += chunk
-        if b"\n" not in chunk:
-            continue
-        *lines, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:].strip()
-
-
-async def _parse_stream(response: httpx.Response):
+async def _parse_stream(response: StreamResponse):
     """Delta per content chunk, then one Finish; the usage chunk may come after the
     finish_reason, so Finish waits for [DONE]."""
     finish_reason = None
@@ -205,7 +193,7 @@ async def _parse_stream(response: httpx.Response):
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(settings.INFERENCE_FIRST_TOKEN_TIMEOUT) as deadline:
-            async for payload in _sse_data(response):
+            async for payload in response.sse_data():
                 if payload == b"[DONE]":
                     yield Finish(finish_reason or "stop", usage)
                     return

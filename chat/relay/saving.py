@@ -4,7 +4,7 @@
 import datetime
 import uuid
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.inference_client import ChatRequest
@@ -22,13 +22,14 @@ def reply_load(*, message_id: uuid.UUID) -> tuple[Message, ChatRequest]:
 
 
 def reply_flush(*, contents: dict[uuid.UUID, tuple[str, int]], alive: list[uuid.UUID]) -> None:
-    """Save streamed text of many replies in one transaction, and mark their relays alive."""
+    """Save streamed text of many replies in one transaction, and mark their relays alive.
+
+    One prepared UPDATE run for every reply (executemany): at 200 streams an ORM update per
+    reply twice a second was a tenth of the site's CPU."""
     now = timezone.now()
     with transaction.atomic():
-        for message_id, (content, next_seq) in contents.items():
-            Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(
-                content=content, next_seq=next_seq, updated_at=now
-            )
+        if contents:
+            _update_streaming_texts(contents, now)
         idle = [message_id for message_id in alive if message_id not in contents]
         if idle:
             Message.objects.filter(pk__in=idle, status=Message.Status.STREAMING).update(
@@ -55,3 +56,25 @@ def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Messa
             message.retryable = True
             message.save(update_fields=["status", "error", "retryable", "updated_at"])
     return orphans
+
+
+def _update_streaming_texts(contents: dict[uuid.UUID, tuple[str, int]], now) -> None:
+    meta = Message._meta
+    field = meta.get_field
+    sql = (
+        f"UPDATE {_quote(meta.db_table)} SET {_quote(field('content').column)} = %s, "
+        f"{_quote(field('next_seq').column)} = %s, {_quote(field('updated_at').column)} = %s "
+        f"WHERE {_quote(meta.pk.column)} = %s AND {_quote(field('status').column)} = %s"
+    )
+    stamp = field("updated_at").get_db_prep_value(now, connection)
+    rows = [
+        (content, next_seq, stamp, meta.pk.get_db_prep_value(message_id, connection),
+         Message.Status.STREAMING)
+        for message_id, (content, next_seq) in contents.items()
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+def _quote(name: str) -> str:
+    return connection.ops.quote_name(name)

@@ -40,7 +40,8 @@ done
 echo "    model ready after $(( $(date +%s) - start ))s"
 
 echo "==> Starting the site on $SITE_HOST:$SITE_PORT"
-"$PY" -m daphne -b "$SITE_HOST" -p "$SITE_PORT" tokenstream_site.asgi:application > >(sed -u 's/^/[site] /') 2>&1 &
+# daphne with uvloop and a listen backlog for bursts of new pages (tokenstream_site/serve.py).
+SITE_HOST=$SITE_HOST SITE_PORT=$SITE_PORT "$PY" -m tokenstream_site.serve > >(sed -u 's/^/[site] /') 2>&1 &
 pids+=($!)
 until ok "http://$SITE_HOST:$SITE_PORT/accounts/login/"; do sleep 0.3; done
 

@@ -114,12 +114,12 @@ class SiteServer:
     def __init__(self, log_dir: Path, var_dir: Path, *, port: int | None = None, **env):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = base_env(TOKENSTREAM_VAR_DIR=var_dir, DJANGO_DEBUG=0, **env)
+        self.env = base_env(TOKENSTREAM_VAR_DIR=var_dir, DJANGO_DEBUG=0, SITE_HOST="127.0.0.1",
+                            SITE_PORT=self.port, **env)
         self.var_dir = var_dir
         self.process = Process(
             f"site-{self.port}",
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "tokenstream_site.asgi:application"],
+            [PYTHON, "-m", "tokenstream_site.serve"],
             self.env,
             log_dir,
         )

@@ -1,37 +1,44 @@
-"""transformers' own continuous batching manager, measured in-process like `run_in_process`.
+"""transformers' own continuous batching manager, measured in-process like our engine's
+in-process rows (`bench.inference --hf-manager` runs it beside our server).
 
-    .venv/bin/python bench/hf_manager.py    # rows for N = 1 and 8, 32 new tokens
+    .venv/bin/python -m bench.hf_manager    # rows for N = 1 and 8, 32 new tokens
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from math import ceil
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from inference.model_store import LoadedModel  # noqa: E402
-
-if TYPE_CHECKING:
-    from bench.inference import Result
+from bench.measure import HEADER, PROMPTS, Result
+from inference.model_store import LoadedModel
 
 # Smaller than transformers' default of 256 so the cache holds about what the requests need.
 PAGE_SIZE = 32
 
 
 def run_hf_manager(loaded: LoadedModel, n: int, tokens: int) -> Result:
+    tok = loaded.tokenizer
+    prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+                                       add_generation_prompt=True, return_dict=True)["input_ids"] for i in range(n)]
+    with started_manager(loaded.model, prompts, tokens) as manager:
+        # like our engine's start-up: one short generation first, so the rows pay no first-call costs
+        manager.add_request(prompts[0], request_id="warmup", max_new_tokens=2)
+        while (out := manager.get_result(timeout=120)) is not None and not out.is_finished():
+            pass
+        return measure(manager, prompts, tokens)
+
+
+@contextmanager
+def started_manager(model: Any, prompts: list[list[int]], tokens: int) -> Iterator[Any]:
+    """A fresh manager sized for these requests; the model is left as it was found."""
     import torch
     from transformers import ContinuousBatchingConfig
 
-    from bench.inference import PROMPTS, Result  # lazily: bench.inference imports this module
-
-    model, tok = loaded.model, loaded.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                                       add_generation_prompt=True, return_dict=True)["input_ids"] for i in range(n)]
+    n = len(prompts)
     gen = copy.deepcopy(model.generation_config)
     # eos -1: the manager ignores negative ids, so every request runs to max_new_tokens
     gen.update(do_sample=False, eos_token_id=-1, max_new_tokens=tokens)
@@ -52,40 +59,8 @@ def run_hf_manager(loaded: LoadedModel, n: int, tokens: int) -> Result:
     model.destroy_cached_continuous_batching_manager()
     manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
     manager.start()
-    res = Result()
     try:
-        # like our engine's start-up: one short generation first, so the rows pay no first-call costs
-        manager.add_request(prompts[0], request_id="warmup", max_new_tokens=2)
-        while (out := manager.get_result(timeout=120)) is not None and not out.is_finished():
-            pass
-        t0 = time.monotonic()
-        ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=tokens, streaming=True)
-               for i, p in enumerate(prompts)]
-        seen = {rid: 0 for rid in ids if rid is not None}  # generated tokens so far
-        last: dict[str, float] = {}
-        finished = 0
-        while finished < len(seen):
-            out = manager.get_result(timeout=1)  # the single consumer of the shared output queue
-            if out is None:
-                if not manager.is_running():
-                    break
-                continue
-            if out.request_id not in seen:  # a late warm-up output
-                continue
-            now = time.monotonic()
-            # streamed outputs carry the cumulative list of generated tokens, not a delta
-            got = len(out.generated_tokens)
-            if got > seen[out.request_id]:
-                prev = last.get(out.request_id)
-                (res.ttft if prev is None else res.itl).append(now - (t0 if prev is None else prev))
-                last[out.request_id] = now
-                seen[out.request_id] = got
-            if out.is_finished():
-                finished += 1
-                res.failures += out.error is not None or got < tokens
-        res.wall = time.monotonic() - t0
-        res.tokens = sum(seen.values())
-        res.failures += n - finished  # dropped at submission, or never finished
+        yield manager
     finally:
         manager.stop(block=True, timeout=60)  # also restores the attention implementation it switched
         manager.destroy()
@@ -93,11 +68,42 @@ def run_hf_manager(loaded: LoadedModel, n: int, tokens: int) -> Result:
         if model.config._attn_implementation != attn:
             model.set_attn_implementation(attn)
         torch.random.set_rng_state(rng)
+
+
+def measure(manager: Any, prompts: list[list[int]], tokens: int) -> Result:
+    res = Result()
+    t0 = time.monotonic()
+    ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=tokens, streaming=True)
+           for i, p in enumerate(prompts)]
+    seen = {rid: 0 for rid in ids if rid is not None}  # generated tokens so far
+    last: dict[str, float] = {}
+    finished = 0
+    while finished < len(seen):
+        out = manager.get_result(timeout=1)  # the single consumer of the shared output queue
+        if out is None:
+            if not manager.is_running():
+                break
+            continue
+        if out.request_id not in seen:  # a late warm-up output
+            continue
+        now = time.monotonic()
+        # streamed outputs carry the cumulative list of generated tokens, not a delta
+        got = len(out.generated_tokens)
+        if got > seen[out.request_id]:
+            prev = last.get(out.request_id)
+            (res.ttft if prev is None else res.itl).append(now - (t0 if prev is None else prev))
+            last[out.request_id] = now
+            seen[out.request_id] = got
+        if out.is_finished():
+            finished += 1
+            res.failures += out.error is not None or got < tokens
+    res.wall = time.monotonic() - t0
+    res.tokens = sum(seen.values())
+    res.failures += len(prompts) - finished  # dropped at submission, or never finished
     return res
 
 
-if __name__ == "__main__":
-    from bench.inference import HEADER
+def main() -> None:
     from inference.model_store import prepare_model
     from inference.settings import Settings
 
@@ -105,3 +111,7 @@ if __name__ == "__main__":
     print(HEADER)
     for n in (1, 8):
         print(run_hf_manager(loaded, n, 32).row("transformers CB manager", n), flush=True)
+
+
+if __name__ == "__main__":
+    main()

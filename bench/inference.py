@@ -1,16 +1,17 @@
 """Benchmark of the inference server: continuous batching vs the seed's thread-per-request
 `model.generate` + TextIteratorStreamer pattern, measured side by side in one run.
 
-    .venv/bin/python bench/inference.py                 # N = 1,4,8,16, 128 tokens
-    .venv/bin/python bench/inference.py --n 1,8 --hf-manager --llama-python /path/to/python
+    .venv/bin/python -m bench.inference                 # N = 1,4,8,16, 128 tokens
+    .venv/bin/python -m bench.inference --n 1,8 --hf-manager --llama-python /path/to/python
 
-Our server (`python -m inference`), the seed's pattern and llama-cpp-python's server
-(optional) each run in their own process, as deployed, on the same model file and DTYPE; the
-clients are httpx streams in this process, where the in-process rows (our engine, transformers'
-manager) also run. Rows: aggregate tokens/s, TTFT p50/p99, inter-token latency
-p50/p99 (between received content chunks), failures (streams that ended early or with an
-error). Then one stream over HTTP vs the same engine in-process vs llama.cpp in interleaved
-rounds, the issue's targets as ratios of those rows, and one row per DTYPE.
+Our server (`python -m inference`), the seed's pattern (`bench.seed_server`) and
+llama-cpp-python's server (optional) each run in their own process, as deployed, on the same
+model file and DTYPE; the clients are httpx streams in this process, where the in-process
+rows (our engine, transformers' manager) also run. Rows: aggregate tokens/s, TTFT p50/p99,
+inter-token latency p50/p99 (between received content chunks), failures (streams that ended
+early or with an error). Then one stream over HTTP vs the same engine in-process vs llama.cpp
+in interleaved rounds, the issue's targets as ratios of those rows, and one row per DTYPE.
+bench/README.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -20,86 +21,20 @@ import asyncio
 import contextlib
 import json
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import httpx
 
-import httpx  # noqa: E402
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import StreamingResponse  # noqa: E402
+from bench.measure import HEADER, PROMPTS, Result, percentile
+from inference.engine import Message
+from inference.hf_engine import TransformersEngine
+from inference.model_store import LoadedModel, prepare_model
+from inference.scheduler import SamplingParams, TokenEvent
+from inference.settings import Settings
 
-from inference.engine import Message  # noqa: E402
-from inference.hf_engine import TransformersEngine  # noqa: E402
-from inference.model_store import LoadedModel, prepare_model  # noqa: E402
-from inference.scheduler import SamplingParams, TokenEvent  # noqa: E402
-from inference.settings import Settings  # noqa: E402
-
-PROMPTS = ["Tell me a story about a lighthouse keeper.", "Explain how rain forms.",
-           "Write a poem about the sea.", "Describe a busy market in the morning."]
-
-
-@dataclass
-class Result:
-    tokens: int = 0
-    ttft: list[float] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)
-    failures: int = 0
-    wall: float = 0.0
-
-    def row(self, label: str, n: int) -> str:
-        return (f"{label:<28} {n:>3} {self.tokens / self.wall:>8.1f} {_p(self.ttft, 50):>7.2f} "
-                f"{_p(self.ttft, 99):>7.2f} {_p(self.itl, 50) * 1000:>8.0f} {_p(self.itl, 99) * 1000:>8.0f} "
-                f"{self.failures:>5}")
-
-
-HEADER = f"{'mode':<28} {'N':>3} {'tok/s':>8} {'ttft50':>7} {'ttft99':>7} {'itl50ms':>8} {'itl99ms':>8} {'fail':>5}"
-
-
-def _p(values: list[float], pct: int) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
-
-
-# --- the seed's pattern ---------------------------------------------------------------------
-def seed_app(loaded: LoadedModel) -> Any:
-    """One thread per request calling model.generate with a TextIteratorStreamer."""
-    from transformers import TextIteratorStreamer
-
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> StreamingResponse:
-        body = await request.json()
-        tok = loaded.tokenizer
-        ids = tok.apply_chat_template(body["messages"], add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)
-        streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
-        n = body["max_tokens"]
-        kwargs = dict(**ids, streamer=streamer, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        threading.Thread(target=loaded.model.generate, kwargs=kwargs, daemon=True).start()
-
-        async def stream() -> Any:
-            it = iter(streamer)
-            while True:
-                text = await asyncio.to_thread(next, it, None)
-                if text is None:
-                    break
-                if text:
-                    chunk = {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
-                    yield f"data: {json.dumps(chunk)}\n\n"
-            yield f"data: {json.dumps({'choices': [{'delta': {}, 'finish_reason': 'length'}], 'usage': {'completion_tokens': n}})}\n\n"
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
-
-    return app
+Measure = Callable[[int, int], Result]  # (concurrent streams, tokens each) -> what it measured
 
 
 # --- clients --------------------------------------------------------------------------------
@@ -187,15 +122,16 @@ async def in_process(loaded: LoadedModel, settings: Settings, n: int, tokens: in
         await engine.stop()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="1,4,8,16", help="concurrency levels")
     ap.add_argument("--tokens", type=int, default=128, help="new tokens per request")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of the interleaved single-stream comparison (medians reported)")
+                    help="rounds of the interleaved single-stream comparison (medians reported; 0: skip)")
     ap.add_argument("--dtype", default="auto", help="DTYPE of the side-by-side comparison (auto: "
                     "what the server picks, int4 for the bundled model on CPU)")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int8,int4", help="per-DTYPE rows (in-process)")
+    ap.add_argument("--dtypes", default="float32,bfloat16,int8,int4",
+                    help="per-DTYPE rows (in-process; empty: skip)")
     ap.add_argument("--dtype-n", type=int, default=8, help="concurrency of the per-DTYPE rows")
     ap.add_argument("--skip-seed", action="store_true", help="skip the seed baseline (slow)")
     ap.add_argument("--hf-manager", action="store_true",
@@ -203,10 +139,11 @@ def main() -> None:
     ap.add_argument("--llama-python", default="",
                     help="a python with llama-cpp-python[server] installed: adds its server, "
                          "on the same GGUF file, as a baseline")
-    ap.add_argument("--serve-seed", type=int, default=0, help=argparse.SUPPRESS)  # the seed's process
-    args = ap.parse_args()
-    if args.serve_seed:
-        return serve_seed(args.serve_seed, args.dtype)
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     levels = [int(x) for x in args.n.split(",")]
     loaded = prepare_model(settings_for(args.dtype, 1))
     print(f"\nmodel {loaded.folder} dtype {loaded.dtype}, {args.tokens} new tokens per request")
@@ -214,68 +151,80 @@ def main() -> None:
           " all modes back to back, and the single-stream ratios are medians of interleaved rounds)\n")
     print(HEADER)
     rows: dict[tuple[str, int], Result] = {}
-
-    def show(label: str, n: int, r: Result) -> None:
-        rows[(label, n)] = r
-        print(r.row(label, n), flush=True)
-
     with contextlib.ExitStack() as stack:
-        # every server in its own process, as deployed (the site is another process)
-        http = {"batched HTTP": stack.enter_context(server_process(
-            [sys.executable, "-m", "inference", "--dtype", args.dtype, "--max-batch", str(max(levels)),
-             "--max-queue", "256", "--log-level", "warning"], "/ready", port_flag="--port"))}
-        if not args.skip_seed:
-            http["seed thread+generate HTTP"] = stack.enter_context(server_process(
-                [sys.executable, __file__, "--dtype", args.dtype], "/openapi.json", port_flag="--serve-seed"))
-        if args.llama_python:
-            from inference.model_store import bundled_gguf
-
-            # all cores, one request at a time: with its default interrupt_requests it cuts
-            # concurrent streams off mid-body
-            http["llama-cpp-python server"] = stack.enter_context(server_process(
-                [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
-                 "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
-                "/v1/models", port_flag="--port"))
-        modes: dict[str, Any] = {label: _http_mode(url) for label, url in http.items() if url}
-        if args.hf_manager:
-            from bench.hf_manager import run_hf_manager
-
-            modes["transformers CB manager"] = lambda n, tokens: run_hf_manager(loaded, n, tokens)
+        modes = start_modes(stack, args, levels, loaded)
         for n in levels:
             for label, measure in modes.items():
-                show(label, n, measure(n, args.tokens))
+                show(rows, label, n, measure(n, args.tokens))
         modes["batched in-process"] = lambda n, tokens: asyncio.run(
             in_process(loaded, settings_for(args.dtype, 1), n, tokens))
-        single = {label: modes[label] for label in ("batched HTTP", "batched in-process",
-                                                      "llama-cpp-python server") if label in modes}
-        print(f"\nsingle stream, {args.rounds} interleaved rounds:")
-        for label, runs in _rounds(single, args.rounds, args.tokens).items():
-            show(_median(label), 1, sorted(runs, key=lambda r: r.tokens / r.wall)[len(runs) // 2])
+        if args.rounds:
+            single_stream(modes, args.rounds, args.tokens, rows)
     print_targets(rows, levels)
+    if args.dtypes:
+        dtype_rows(loaded, args)
+
+
+def show(rows: dict[tuple[str, int], Result], label: str, n: int, r: Result) -> None:
+    rows[(label, n)] = r
+    print(r.row(label, n), flush=True)
+
+
+def start_modes(stack: contextlib.ExitStack, args: argparse.Namespace, levels: list[int],
+                loaded: LoadedModel) -> dict[str, Measure]:
+    """Every server in its own process, as deployed (the site is another process)."""
+    http = {"batched HTTP": stack.enter_context(server_process(
+        [sys.executable, "-m", "inference", "--dtype", args.dtype, "--max-batch", str(max(levels)),
+         "--max-queue", "256", "--log-level", "warning"], "/ready", port_flag="--port"))}
+    if not args.skip_seed:
+        http["seed thread+generate HTTP"] = stack.enter_context(server_process(
+            [sys.executable, "-m", "bench.seed_server", "--dtype", args.dtype], "/openapi.json",
+            port_flag="--port"))
+    if args.llama_python:
+        from inference.model_store import bundled_gguf
+
+        # all cores, one request at a time: with its default interrupt_requests it cuts
+        # concurrent streams off mid-body
+        http["llama-cpp-python server"] = stack.enter_context(server_process(
+            [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
+             "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
+            "/v1/models", port_flag="--port"))
+    modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
+    if args.hf_manager:
+        from bench.hf_manager import run_hf_manager
+
+        modes["transformers CB manager"] = lambda n, tokens: run_hf_manager(loaded, n, tokens)
+    return modes
+
+
+def single_stream(modes: dict[str, Measure], rounds: int, tokens: int,
+                  rows: dict[tuple[str, int], Result]) -> None:
+    single = {label: modes[label] for label in ("batched HTTP", "batched in-process",
+                                                  "llama-cpp-python server") if label in modes}
+    print(f"\nsingle stream, {rounds} interleaved rounds:")
+    for label, runs in _rounds(single, rounds, tokens).items():
+        show(rows, _median(label), 1, sorted(runs, key=lambda r: r.rate)[len(runs) // 2])
+
+
+def dtype_rows(loaded: LoadedModel, args: argparse.Namespace) -> None:
     print("\nper DTYPE (in-process engine):")
     print(HEADER)
     for dtype in args.dtypes.split(","):
         model = loaded if dtype == loaded.dtype else prepare_model(settings_for(dtype, 1), progress=lambda _: None)
         for n in sorted({1, args.dtype_n}):
-            print(asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens)).row(f"dtype {dtype}", n), flush=True)
+            r = asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens))
+            print(r.row(f"dtype {dtype}", n), flush=True)
 
 
 def _median(label: str) -> str:
     return f"{label[:21]} median"  # fits the table's mode column
 
 
-def _http_mode(url: str) -> Any:
+def _http_mode(url: str) -> Measure:
     return lambda n, tokens: asyncio.run(run_http(url, n, tokens))
 
 
-def serve_seed(port: int, dtype: str) -> None:
-    import uvicorn
-
-    loaded = prepare_model(settings_for(dtype, 1), progress=lambda _: None)
-    uvicorn.run(seed_app(loaded), host="127.0.0.1", port=port, log_level="warning")
-
-
-def _rounds(modes: dict[str, Any], rounds: int, tokens: int) -> dict[str, list[Result]]:
+def _rounds(modes: dict[str, Measure], rounds: int, tokens: int) -> dict[str, list[Result]]:
     runs: dict[str, list[Result]] = {label: [] for label in modes}
     for _ in range(rounds):
         for label, measure in modes.items():
@@ -291,7 +240,7 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
 
     def ttft99(label: str, n: int) -> float | None:
         r = rows.get((label, n))
-        return _p(r.ttft, 99) if r and r.ttft else None
+        return percentile(r.ttft, 99) if r and r.ttft else None
 
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:.2f}x" if a is not None and b else "n/a (baseline not run or failed)"

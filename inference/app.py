@@ -15,7 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference.engine import ContextLengthExceeded, Engine, Generation, Message, NotReady, create_engine
+from inference.engine import ContextLengthExceeded, Engine, Generation, Message, NotReady
+from inference.engine_factory import create_engine
 from inference.metrics import Metrics
 from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, SamplingParams, TokenEvent
 from inference.schemas import ChatCompletionRequest, ModelCard, ModelList

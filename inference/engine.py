@@ -1,7 +1,8 @@
-"""Engines: what the HTTP app talks to. ``create_engine`` picks one from ``Settings.engine``.
+"""The engine: what the HTTP app talks to (submit, cancel, readiness).
 
-Both engines share the same scheduler, queue, back-pressure and cancellation path; they differ
-only in their Backend (how tokens are produced) and how a chat becomes prompt tokens.
+Every engine shares the same scheduler, queue, back-pressure and cancellation path; a
+subclass supplies only its Backend (how tokens are produced) and how a chat becomes prompt
+tokens. `inference.engine_factory.create_engine` picks the subclass from Settings.engine.
 """
 
 from __future__ import annotations
@@ -9,28 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from inference.model_store import prepare_model  # re-exported for operator commands
-from inference.scheduler import (
-    ErrorEvent,
-    Event,
-    FinishEvent,
-    QueueFull,
-    SamplingParams,
-    Scheduler,
-    Sequence,
-)
+from inference.scheduler import ErrorEvent, Event, FinishEvent, SamplingParams, Scheduler, Sequence
 from inference.settings import Settings
 
-__all__ = [
-    "ContextLengthExceeded", "Engine", "FakeEngine", "Generation", "NotReady", "QueueFull",
-    "TransformersEngine", "create_engine", "prepare_model",
-]
 log = logging.getLogger("inference.engine")
 
 
@@ -202,99 +189,3 @@ class Engine:
 
     def _detokenizer(self, payload: Any) -> Any:
         raise NotImplementedError
-
-
-# --- the fake engine ------------------------------------------------------------------------
-WORD = re.compile(r"\s*\S+")
-
-
-class _WordDetokenizer:
-    def __init__(self, words: list[str]) -> None:
-        self._words = words
-
-    def push(self, token_id: int) -> str:
-        return self._words[token_id]
-
-    def flush(self) -> str:
-        return ""
-
-
-class FakeBackend:
-    """Token i of a sequence is word i of its last user message; then end of sequence."""
-
-    EOS = -1
-
-    def __init__(self, tokens_per_second: float) -> None:
-        self._interval = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
-        self._next_step = 0.0
-
-    def _pace(self) -> None:
-        now = time.monotonic()
-        if self._interval and self._next_step > now:
-            time.sleep(self._next_step - now)
-        self._next_step = max(now, self._next_step) + self._interval
-
-    def _next(self, seq: Sequence) -> int:
-        i = len(seq.generated)
-        return i if i < len(seq.payload) else self.EOS
-
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
-        self._pace()
-        return [self._next(s) for s in seqs]
-
-    def decode(self, seqs: list[Sequence]) -> list[int]:
-        self._pace()
-        return [self._next(s) for s in seqs]
-
-    def release(self, seqs: list[Sequence]) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def is_eos(self, token_id: int) -> bool:
-        return token_id == self.EOS
-
-
-class FakeEngine(Engine):
-    """No model: echoes the last user message word by word (see DESIGN.md, ENGINE=fake)."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.model_name = settings.model_name or "fake"
-        self.context_length = settings.context_length or 4096
-
-    def _load(self) -> None:
-        pass
-
-    async def _warm_up(self) -> None:
-        pass  # nothing to warm: ready as soon as the scheduler runs
-
-    def _backend(self) -> FakeBackend:
-        return FakeBackend(self.settings.fake_tokens_per_second)
-
-    def _encode(self, messages: list[Message]) -> tuple[list[int], list[str]]:
-        prompt_words = sum(len(WORD.findall(m.content)) for m in messages)
-        last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        return list(range(prompt_words)), WORD.findall(last_user)
-
-    def _detokenizer(self, payload: list[str]) -> _WordDetokenizer:
-        return _WordDetokenizer(payload)
-
-
-def create_engine(settings: Settings) -> Engine:
-    if settings.engine == "fake":
-        return FakeEngine(settings)
-    from inference.hf_engine import TransformersEngine
-
-    return TransformersEngine(settings)
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy, so importing the fake engine never pulls in torch/transformers.
-    if name == "TransformersEngine":
-        from inference.hf_engine import TransformersEngine
-
-        return TransformersEngine
-    raise AttributeError(name)
-

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from inference.engine import Engine, Message
-from inference.hf_runtime import pick_device
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
 from inference.sampling import sample
 from inference.scheduler import Sequence
@@ -130,6 +129,26 @@ class TransformersBackend:
         self.batch.reset()
 
 
+def encode_chat(tokenizer: Any, messages: list[Message]) -> list[int]:
+    """The prompt tokens of a chat, through the model's chat template."""
+    chat = [{"role": m.role, "content": m.content} for m in messages]
+    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token that ends a reply: the model's and tokenizer's EOS, and ChatML's end of turn."""
+    ids: set[int] = set()
+    for src in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        ids.update(src if isinstance(src, list) else [src] if src is not None else [])
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(end, int) and end != tokenizer.unk_token_id:
+        ids.add(end)
+    return ids
+
+
 class TransformersEngine(Engine):
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None) -> None:
         """`loaded`: an already prepared model to share (tests, benchmarks); else MODEL is loaded."""
@@ -146,27 +165,12 @@ class TransformersEngine(Engine):
         native = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.context_length = min(self.settings.context_length or native, native)
 
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for src in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
-            ids.update(src if isinstance(src, list) else [src] if src is not None else [])
-        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")  # ChatML end of turn
-        if isinstance(end, int) and end != self.tokenizer.unk_token_id:
-            ids.add(end)
-        return ids
-
     def _backend(self) -> TransformersBackend:
-        return TransformersBackend(self.model, self._eos_ids())
+        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer))
 
     def _encode(self, messages: list[Message]) -> tuple[list[int], None]:
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids), None
+        return encode_chat(self.tokenizer, messages), None
 
     def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer)
 
-
-__all__ = ["TransformersEngine", "TransformersBackend", "pick_device"]

@@ -29,8 +29,8 @@ def pick_dtype(settings: Settings, device: torch.device) -> torch.dtype:
         return torch.bfloat16
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    # CPU decode is memory-bandwidth bound and bf16 halves the bytes: at 8 concurrent streams
-    # it measured 1.2-1.9x fp32 here (a 4-bit GGUF gets int4 instead: model_store.resolve_dtype).
+    # CPU decode is memory-bandwidth bound and bf16 halves the bytes (figures: bench/README.md;
+    # a 4-bit GGUF gets int4 instead: model_store.resolve_dtype).
     return torch.bfloat16
 
 

@@ -1,9 +1,9 @@
 """Finding, converting and loading the model.
 
-A GGUF file is dequantized by transformers on every load (~20-35 s here), so the first load
+transformers dequantizes a GGUF file on every load, which is slow, so the first load
 converts it once into a safetensors folder under MODEL_CACHE_DIR, keyed by the file's
 name and content hash (not its mtime: reinstalling the same wheel must not convert again);
-later starts load that folder in a few seconds. The folder is written
+later starts load that folder, which is quick. The folder is written
 to a temporary directory and renamed into place, so a killed conversion never leaves a
 half-written cache behind.
 """
@@ -58,8 +58,6 @@ def served_name(settings: Settings) -> str:
     """MODEL_NAME, else the model's base name without quantization suffix or .gguf."""
     if settings.model_name:
         return settings.model_name
-    if settings.engine == "fake":
-        return "fake"
     source = settings.model or BUNDLED_FILE
     name = Path(source.rstrip("/")).name
     if name.lower().endswith(".gguf"):
@@ -122,7 +120,8 @@ def convert_gguf(gguf: Path, cache_dir: Path, progress: Progress) -> Path:
 
 
 def gguf_weight_types(gguf: Path, folder: Path) -> list[str]:
-    """The GGUF's matrix types (e.g. ["Q4_1", "Q8_0"]), read once (~3 s) and kept beside the cache."""
+    """The GGUF's matrix types (e.g. ["Q4_1", "Q8_0"]), read once (it takes seconds) and kept
+    beside the cache."""
     record = folder / "tokenstream-gguf.json"
     try:
         return list(json.loads(record.read_text())["weight_types"])
@@ -141,7 +140,7 @@ def gguf_weight_types(gguf: Path, folder: Path) -> list[str]:
 
 def resolve_dtype(settings: Settings, gguf_types: list[str]) -> str:
     """DTYPE=auto on CPU: int4 when the GGUF's weights mostly are 4-bit already (it keeps their
-    values and decodes ~2x faster than bfloat16 here), else bfloat16 (see hf_runtime)."""
+    values and decodes faster than bfloat16: bench/README.md), else bfloat16 (see hf_runtime)."""
     from inference.hf_runtime import pick_device
 
     if settings.dtype != "auto" or pick_device(settings).type != "cpu":

@@ -9,12 +9,11 @@ in the GGUF) becomes int8 with one scale per output row. torch's own CPU kernels
 matmuls (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`) with bfloat16 activations,
 so any batch shape works and continuous batching is unaffected.
 
-Those kernels win only for a few rows. `bench/decode_rows.py` here (2 cores, SmolLM2,
-decode tokens/s, 4-bit kernel vs the same layers in bfloat16): 1 sequence 28.5 vs 13.8,
-4: 139 vs 82, 8: 168 vs 130, 12: 197 vs 196, 16: 193 vs 236; a prefill (hundreds of rows)
-is several times slower through the kernel. So each layer also keeps its weights in bfloat16 and multiplies through
-them when a call has more than FEW_ROWS rows (prefill, big batches): memory is bfloat16's
-plus a third, the speed the better of the two, and a prompt is read exactly as
+Those kernels win only for a few rows (`python -m bench.decode_rows` measures where they stop
+paying; its figures are in bench/README.md), and a prefill (hundreds of rows) is several
+times slower through them. So each layer also keeps its weights in bfloat16 and multiplies
+through them when a call has more than FEW_ROWS rows (prefill, big batches): memory is
+bfloat16's plus a third, the speed the better of the two, and a prompt is read exactly as
 DTYPE=bfloat16 reads it.
 """
 

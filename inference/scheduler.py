@@ -9,10 +9,9 @@ before the next step. Results reach the asyncio side through ``loop.call_soon_th
 We use our own scheduler rather than transformers' ContinuousBatchingManager mainly because
 the API needs a per-request seeded generator, and that manager's seed is manager-wide
 (ContinuousBatchingConfig.seed); we also want stop strings, ignore_eos and cancellation in
-one place, and no paged KV cache sized from RAM on CPU. `bench/inference.py --hf-manager`
-runs the manager (in-process) beside us (over HTTP) on the same int4 model; on this 2-core
-machine we made 1.2x its tokens/s at 8 and 16 streams, while its TTFT p99 was ~15% lower at 8
-(it prefills simultaneous arrivals in one step; we admit whatever is waiting at each step).
+one place, and no paged KV cache sized from RAM on CPU. `python -m bench.inference
+--hf-manager` runs the manager beside us on the same model (figures: bench/README.md); it
+prefills simultaneous arrivals in one step, where we admit whatever is waiting at each step.
 """
 
 from __future__ import annotations

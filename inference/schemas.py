@@ -58,23 +58,6 @@ class ChatCompletionRequest(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class ErrorBody(BaseModel):
-    message: str
-    type: str
-    code: str | None = None
-    param: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
-
-
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

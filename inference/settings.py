@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -9,6 +10,11 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CACHE_DIR = Path("~/.cache/tokenstream/models").expanduser()
+# Short names ENGINE accepts, each for a dotted path to an inference.engine.Engine subclass.
+ENGINES = {
+    "transformers": "inference.hf_engine.TransformersEngine",
+    "fake": "inference.fake_engine.FakeEngine",
+}
 
 
 class Settings(BaseSettings):
@@ -32,10 +38,13 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Interface to listen on (loopback by default).")
     port: int = Field(8001, ge=0, le=65535, description="TCP port to listen on.")
-    engine: Literal["transformers", "fake"] = Field(
+    engine: str = Field(
         "transformers",
-        description="transformers: the real model. fake: no model, echoes the last user "
-        "message word by word (tests, demos, load tests).",
+        description="The engine class, like a Channels layer BACKEND: a dotted path to an "
+        "inference.engine.Engine subclass (built with these settings), or a short name. "
+        "transformers: the real model (inference.hf_engine.TransformersEngine). fake: no "
+        "model, echoes the last user message word by word (inference.fake_engine.FakeEngine; "
+        "tests, demos, load tests).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the model runs. auto: cuda when available, else cpu."
@@ -76,6 +85,14 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="uvicorn log level."
     )
+
+    @field_validator("engine", mode="after")
+    @classmethod
+    def _engine_name(cls, value: str) -> str:
+        # imported only when the engine is built (engine_factory): checked for shape here
+        if value not in ENGINES and not re.fullmatch(r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*", value):
+            raise ValueError(f"{value!r} is neither {' nor '.join(ENGINES)} nor a dotted path")
+        return value
 
     @field_validator("model_cache_dir", mode="after")
     @classmethod

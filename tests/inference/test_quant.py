@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from inference.model_store import bundled_gguf, gguf_weight_types, resolve_dtype
 from inference.quant import FEW_ROWS, Int4Linear, Int8Linear
-from inference.settings import Settings
 
 
 def _steps(q: Int4Linear) -> torch.Tensor:
@@ -60,39 +57,6 @@ def test_int8_head_matches_the_float_head(rows: int) -> None:
     got = Int8Linear(weight)(x).float()
     want = x.float() @ weight.float().T
     assert (got - want).abs().max() <= 0.02 * want.abs().max()
-
-
-def test_auto_picks_int4_on_cpu_only_for_a_4bit_gguf() -> None:
-    cpu = Settings(dtype="auto", device="cpu")
-    assert resolve_dtype(cpu, ["Q4_1", "Q8_0"]) == "int4"
-    assert resolve_dtype(cpu, ["Q8_0", "Q4_1"]) == "auto"  # mostly 8-bit: keep bfloat16
-    assert resolve_dtype(cpu, []) == "auto"  # a Hugging Face folder
-    assert resolve_dtype(Settings(dtype="float32", device="cpu"), ["Q4_1"]) == "float32"
-
-
-def test_int4_is_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inference.hf_runtime import load_folder
-
-    # refused before anything is loaded, so a stand-in for the GPU is enough
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ValueError, match="CPU kernels"):
-        load_folder("unused", Settings(dtype="int4", device="cuda"))
-
-
-def test_device_cuda_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inference.hf_runtime import pick_device
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match="DEVICE=cuda, but torch .* sees no CUDA device"):
-        pick_device(Settings(device="cuda"))
-    assert pick_device(Settings(device="auto")).type == "cpu"
-
-
-@pytest.mark.model
-def test_bundled_gguf_types_are_read_once_and_kept(loaded_model: Any) -> None:
-    folder = Path(loaded_model.folder)
-    assert gguf_weight_types(bundled_gguf(), folder)[:1] == ["Q4_1"]
-    assert (folder / "tokenstream-gguf.json").is_file()
 
 
 @pytest.mark.model

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from inference.engine import ContextLengthExceeded, Engine, FakeEngine, Message
+from inference.engine import ContextLengthExceeded, Engine, Message
+from inference.fake_engine import FakeEngine
 from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, SamplingParams, TokenEvent
 from tests.support.inference_app import fake_settings, model_settings
 

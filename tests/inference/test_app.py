@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from inference.app import create_app
-from inference.engine import FakeBackend, FakeEngine
+from inference.fake_engine import FakeBackend, FakeEngine
 from inference.settings import Settings
 from tests.support.inference_app import fake_settings
 from tests.support.sse import sse_data

@@ -18,7 +18,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from chat.models import Conversation, Message
+from chat.models import Conversation, Message, UsageEvent
 from chat.permissions import can_review
 
 
@@ -62,16 +62,14 @@ def message_get(*, user, message_id: uuid.UUID) -> Message:
     )
 
 
-def user_streaming_count(*, user) -> int:
+def user_streaming_count(*, user_id) -> int:
     return Message.objects.filter(
-        conversation__owner=user, status=Message.Status.STREAMING
+        conversation__owner_id=user_id, status=Message.Status.STREAMING
     ).count()
 
 
-def user_messages_since(*, user, since) -> int:
-    return Message.objects.filter(
-        conversation__owner=user, role=Message.Role.USER, created_at__gte=since
-    ).count()
+def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:
+    return UsageEvent.objects.filter(user_id=user_id, action=action, created_at__gte=since).count()
 
 
 def prompt_history(*, reply: Message) -> list[Message]:

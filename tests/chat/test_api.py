@@ -290,3 +290,41 @@ def test_refused_requests_log_nothing_of_another_users_text(api, caplog):
     post(api, f"/api/messages/{foreign_message.id}/edit/", {"content": "probe"})
     post(api, f"/api/conversations/{foreign.id}/", raw="{not json", method="patch")
     assert "secret" not in caplog.text
+
+
+def finish_streaming_replies():
+    Message.objects.filter(status="streaming").update(status="complete")
+
+
+def test_regenerates_count_against_the_per_minute_limit(api, user, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 3
+    conversation = create_conversation(owner=user)
+    question = create_message(conversation, content="q")
+    reply = create_message(conversation, role="assistant", content="a", reply_to=question)
+    codes = [post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code]
+    for _ in range(3):
+        finish_streaming_replies()
+        codes.append(post(api, f"/api/messages/{reply.id}/regenerate/", {}).status_code)
+    assert codes == [202, 202, 202, 429]
+    assert "replies in the last minute" in post(api, f"/api/messages/{reply.id}/regenerate/", {}).json()["error"]["message"]
+
+
+def test_deleting_conversations_does_not_reset_the_per_minute_limit(api, user, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 2
+    codes = []
+    for _ in range(3):
+        conversation = create_conversation(owner=user)
+        codes.append(post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code)
+        api.delete(f"/api/conversations/{conversation.id}/")
+    assert codes == [202, 202, 429]
+
+
+def test_deleting_a_conversation_stops_its_replies(api, user, monkeypatch):
+    from chat.relay.manager import relay_manager
+
+    stopped = []
+    monkeypatch.setattr(relay_manager, "request_stop", stopped.append)
+    conversation = create_conversation(owner=user)
+    reply = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).json()["assistant_message"]
+    assert api.delete(f"/api/conversations/{conversation.id}/").status_code == 204
+    assert [str(message_id) for message_id in stopped] == [reply["id"]]

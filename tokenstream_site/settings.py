@@ -1,6 +1,7 @@
 """Settings for tokenstream. Every integration switches on only when its variable is set;
 the defaults serve one machine (SQLite, in-memory channel layer, local inference server)."""
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -127,6 +128,17 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Counters of the sign-in and sign-up limits: in Redis when there is one, so that every
+# site process counts the same guesses.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "tokenstream",
+        }
+    }
+
 # The event log behind django-eventstream: see chat/streaming/memory_log.py for why not
 # DjangoModelStorage.
 # With Redis, every site process shares one log and receives every event (EVENTSTREAM_REDIS).
@@ -177,8 +189,23 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+# Sign-in guessing (chat/auth.py): free failures per account and address (or device), then
+# delays doubling from LOGIN_DELAY_SECONDS to LOGIN_LOCKOUT_SECONDS, the window failures are
+# remembered in; and wide limits per address and per account that trusted browsers skip.
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
+LOGIN_DELAY_SECONDS = env_int("LOGIN_DELAY_SECONDS", 30)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
+LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
+LOGIN_MAX_FAILURES_PER_ACCOUNT = env_int("LOGIN_MAX_FAILURES_PER_ACCOUNT", 100)
+# Reverse proxies whose X-Forwarded-For is believed (addresses or networks). Empty: the
+# client is REMOTE_ADDR, whatever the headers say.
+try:
+    TRUSTED_PROXIES = [
+        str(ipaddress.ip_network(entry, strict=False))
+        for entry in env_list("TOKENSTREAM_TRUSTED_PROXIES", "")
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TOKENSTREAM_TRUSTED_PROXIES: {exc}") from None
 INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient")
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")

@@ -112,3 +112,12 @@ def test_numbers_are_accepted_only_when_finite_and_in_range(value):
     except InvalidInput:
         return
     assert result is None or (0 <= result <= 2 and not isinstance(value, bool))
+
+
+def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path):
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.CACHES['default']['BACKEND'])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path),
+                                               REDIS_URL="redis://127.0.0.1:6379/0"))
+    assert result.stdout.strip() == "django.core.cache.backends.redis.RedisCache", result.stderr

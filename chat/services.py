@@ -44,9 +44,19 @@ class SentMessage:
 def conversation_create(
     *, owner, title: str = "", system_prompt: str = "", settings_: dict | None = None
 ) -> Conversation:
-    return Conversation.objects.create(
-        owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
-    )
+    limit = settings.CHAT_CONVERSATIONS_PER_MINUTE
+    with transaction.atomic():
+        _lock_user(owner.pk)
+        _charge(
+            user_id=owner.pk,
+            action=UsageEvent.Action.CONVERSATION,
+            limit=limit,
+            refusal=f"You created {limit} conversations in the last minute, the most allowed. "
+            "Wait a minute and try again.",
+        )
+        return Conversation.objects.create(
+            owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
+        )
 
 
 def conversation_update(*, conversation: Conversation, fields: dict) -> Conversation:

@@ -189,6 +189,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+# Accounts one client address may create per hour.
+SIGNUPS_PER_HOUR = env_int("TOKENSTREAM_SIGNUPS_PER_HOUR", 10)
 # Sign-in guessing (chat/auth.py): free failures per account and address (or device), then
 # delays doubling from LOGIN_DELAY_SECONDS to LOGIN_LOCKOUT_SECONDS, the window failures are
 # remembered in; and wide limits per address and per account that trusted browsers skip.
@@ -230,7 +232,9 @@ CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
 CHAT_DEFAULT_TEMPERATURE = env_float("CHAT_DEFAULT_TEMPERATURE", 0.5)
 CHAT_DEFAULT_TOP_P = env_float("CHAT_DEFAULT_TOP_P", 0.9)
 CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
+# Replies started per minute: sends, edits and regenerates alike.
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)
+CHAT_CONVERSATIONS_PER_MINUTE = env_int("CHAT_CONVERSATIONS_PER_MINUTE", 20)
 # The relay writes streamed text at least this often (seconds).
 RELAY_FLUSH_INTERVAL = env_float("RELAY_FLUSH_INTERVAL", 0.5)
 # A reply whose relay has not written for this long is taken to be orphaned.

@@ -328,3 +328,15 @@ def test_deleting_a_conversation_stops_its_replies(api, user, monkeypatch):
     reply = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).json()["assistant_message"]
     assert api.delete(f"/api/conversations/{conversation.id}/").status_code == 204
     assert [str(message_id) for message_id in stopped] == [reply["id"]]
+
+
+def test_conversation_creation_is_limited_per_minute_and_deleting_gives_nothing_back(api, settings):
+    settings.CHAT_CONVERSATIONS_PER_MINUTE = 3
+    codes = []
+    for _ in range(4):
+        response = post(api, "/api/conversations/", {"system_prompt": "s" * 8000})
+        codes.append(response.status_code)
+        if response.status_code == 201:
+            api.delete(f"/api/conversations/{response.json()['id']}/")
+    assert codes == [201, 201, 201, 429]
+    assert "conversations in the last minute" in post(api, "/api/conversations/", {}).json()["error"]["message"]

@@ -50,3 +50,9 @@ def test_simultaneous_regenerates_never_exceed_the_per_minute_limit(race_env, ro
     outcome = race(race_env, "regenerate", CHAT_MAX_STREAMING_PER_USER=1000,
                    CHAT_MESSAGES_PER_MINUTE=3)
     assert (outcome["accepted"], outcome["refused"]) == (3, ATTEMPTS - 3)
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_simultaneous_conversation_creations_never_exceed_the_per_minute_limit(race_env, round_):
+    outcome = race(race_env, "create", CHAT_CONVERSATIONS_PER_MINUTE=3)
+    assert (outcome["accepted"], outcome["refused"]) == (3, ATTEMPTS - 3)

@@ -121,3 +121,26 @@ def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path
                             env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path),
                                                REDIS_URL="redis://127.0.0.1:6379/0"))
     assert result.stdout.strip() == "django.core.cache.backends.redis.RedisCache", result.stderr
+
+
+def signup(client: Client, name: str, address: str):
+    return client.post("/accounts/signup/", {"username": name, "password1": PASSWORD,
+                                             "password2": PASSWORD}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_sign_ups_from_one_address_are_limited_per_hour(settings):
+    settings.SIGNUPS_PER_HOUR = 3
+    statuses = [signup(Client(), f"new{n}", "192.0.2.1").status_code for n in range(5)]
+    assert statuses == [302, 302, 302, 429, 429]
+    assert "Too many accounts" in signup(Client(), "new9", "192.0.2.1").content.decode()
+    assert signup(Client(), "elsewhere", "198.51.100.7").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_refused_sign_up_form_does_not_use_up_the_allowance(settings):
+    settings.SIGNUPS_PER_HOUR = 2
+    for _ in range(4):
+        Client().post("/accounts/signup/", {"username": "x", "password1": "a", "password2": "b"},
+                      REMOTE_ADDR="192.0.2.1")
+    assert signup(Client(), "fine", "192.0.2.1").status_code == 302

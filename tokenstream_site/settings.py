@@ -150,6 +150,9 @@ if REDIS_URL:
     EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
 EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
+# Open event streams per user and per process (0: half the process's open-file limit).
+EVENTS_MAX_STREAMS_PER_USER = env_int("EVENTS_MAX_STREAMS_PER_USER", 20)
+EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

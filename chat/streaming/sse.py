@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 
 from chat.relay.metrics import METRICS
 from chat.selectors import conversation_readable_by
-from chat.streaming import delivery
+from chat.streaming import delivery, slots
 from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
 from chat.streaming.eventstream import storage as event_storage
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 KEEP_ALIVE_SECONDS = 20
 READ_BATCH = 500
+STREAMS_RETRY_AFTER = 10
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -38,9 +39,11 @@ SSE_HEADERS = [
 OPENING = ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n"
 
 
-async def plain_response(send, status: int, text: str) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+async def plain_response(send, status: int, text: str, retry_after: int | None = None) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": text.encode()})
 
 
@@ -78,12 +81,21 @@ class ConversationEvents:
             return await plain_response(send, 400, "Invalid Last-Event-ID.\n")
         if resume_after is not None:
             METRICS.reconnects.inc()
+        refusal = slots.take(user.pk)
+        if refusal is not None:
+            return await plain_response(send, *refusal, retry_after=STREAMS_RETRY_AFTER)
+        try:
+            await self.stream(scope, receive, send, channel, resume_after)
+        finally:
+            slots.give_back(user.pk)
+
+    async def stream(self, scope, receive, send, channel: str, resume_after: int | None):
         try:
             await delivery.ready()
         except TimeoutError:
             return await plain_response(send, 503, "Event delivery is not available.\n")
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        events = ChannelStream(channel, user.pk, resume_after).bodies()
+        events = ChannelStream(channel, scope["user"].pk, resume_after).bodies()
         pump = asyncio.ensure_future(forward(events, send))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:

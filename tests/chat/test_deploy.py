@@ -27,3 +27,16 @@ def test_the_site_trusts_only_the_local_proxy_and_daphne_ignores_proxy_headers()
 def test_env_file_values_carry_no_trailing_comments():
     """systemd's EnvironmentFile keeps a trailing `# …` as part of the value."""
     assert not [name for name, value in env_file().items() if "#" in value]
+
+
+def test_the_site_unit_raises_the_open_file_limit():
+    unit = (DEPLOY / "tokenstream-site@.service").read_text()
+    limit = re.search(r"^LimitNOFILE=(\d+)$", unit, re.M)
+    assert limit and int(limit.group(1)) >= 65536
+
+
+def test_nginx_limits_open_event_streams_per_client():
+    conf = (DEPLOY / "nginx.conf").read_text()
+    assert re.search(r"^limit_conn_zone \$binary_remote_addr zone=(\w+):", conf, re.M)
+    events = conf[conf.index("location /events/"):]
+    assert re.search(r"limit_conn \w+ \d+;", events[: events.index("}")])

@@ -48,12 +48,23 @@ class Subscriber:
         return [e for e in blocks if e is not None and e.event != "stream-open"]
 
     async def run_while(self, action):
-        task = asyncio.ensure_future(ConversationEvents()(self.scope, self.receive, self.send))
+        self.open()
         await asyncio.sleep(0.05)
         await action()
         await asyncio.sleep(0.05)
+        await self.leave()
+
+    def open(self) -> None:
+        self.task = asyncio.ensure_future(ConversationEvents()(self.scope, self.receive, self.send))
+
+    async def leave(self) -> None:
         self.gone.set()
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(self.task, 5)
+
+    async def attempt(self) -> int:
+        """Opens a stream the endpoint is expected to refuse at once; returns the status."""
+        await asyncio.wait_for(ConversationEvents()(self.scope, self.receive, self.send), 2)
+        return self.status
 
 
 async def nothing():
@@ -108,3 +119,33 @@ def test_an_unknown_last_event_id_gets_stream_reset():
     asyncio.run(subscriber.run_while(publish_tokens(conversation.id, ["x"])))
 
     assert [e.event for e in subscriber.events()] == ["stream-reset", "token"]
+
+
+def test_open_streams_are_capped_per_user_and_per_process(settings):
+    settings.EVENTS_MAX_STREAMS_PER_USER, settings.EVENTS_MAX_STREAMS = 2, 3
+    mine, theirs, third = create_conversation(), create_conversation(), create_conversation()
+
+    async def scenario():
+        held = [Subscriber(mine.owner, mine.id) for _ in range(2)]
+        for subscriber in held:
+            subscriber.open()
+        await asyncio.sleep(0.05)
+        over_user = Subscriber(mine.owner, mine.id)
+        assert await over_user.attempt() == 429
+        assert "Too many open event streams" in over_user.body
+        other = Subscriber(theirs.owner, theirs.id)
+        other.open()
+        await asyncio.sleep(0.05)
+        assert other.status == 200
+        over_process = Subscriber(third.owner, third.id)
+        assert await over_process.attempt() == 503
+        assert "as many event streams as it can" in over_process.body
+        await held[0].leave()
+        again = Subscriber(mine.owner, mine.id)
+        again.open()
+        await asyncio.sleep(0.05)
+        assert again.status == 200
+        for subscriber in (held[1], other, again):
+            await subscriber.leave()
+
+    asyncio.run(scenario())

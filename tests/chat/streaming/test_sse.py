@@ -149,3 +149,52 @@ def test_open_streams_are_capped_per_user_and_per_process(settings):
             await subscriber.leave()
 
     asyncio.run(scenario())
+
+
+def signed_in_scope(subscriber: Subscriber, user) -> str:
+    """Gives the subscriber's request a real session, as AuthMiddlewareStack does."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    subscriber.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return key
+
+
+@pytest.mark.parametrize("how", ["sign-out", "deactivated", "password changed"])
+def test_a_stream_ends_once_its_session_is_gone(monkeypatch, how):
+    from importlib import import_module
+
+    from asgiref.sync import sync_to_async
+    from django.conf import settings
+
+    from chat.streaming import sse
+
+    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.1)
+    conversation = create_conversation()
+    owner = conversation.owner
+    subscriber = Subscriber(owner, conversation.id)
+    key = signed_in_scope(subscriber, owner)
+
+    def end_session():
+        if how == "sign-out":
+            import_module(settings.SESSION_ENGINE).SessionStore(key).delete()
+        elif how == "deactivated":
+            type(owner).objects.filter(pk=owner.pk).update(is_active=False)
+        else:
+            owner.set_password("another-Long-pass-1")
+            owner.save()
+
+    async def scenario():
+        subscriber.open()
+        await asyncio.sleep(0.3)
+        assert not subscriber.task.done()  # a live session keeps its stream
+        await sync_to_async(end_session)()
+        await asyncio.wait_for(subscriber.task, 2)  # ends without the client leaving
+
+    asyncio.run(scenario())
+    assert subscriber.status == 200

@@ -8,8 +8,11 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from tokenstream_site.private_files import private_dir, private_sqlite
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOKENSTREAM_VAR_DIR", BASE_DIR / "var"))
+private_dir(VAR_DIR)
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -97,6 +100,8 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the relay's flushes and page reads proceed side by side; the busy timeout
     # rides out a brief lock instead of failing a flush.
+    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
+        private_sqlite(Path(DATABASES["default"]["NAME"]))
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "timeout": 20,

@@ -2,6 +2,8 @@
 
 import json
 import os
+import pathlib
+import stat
 import subprocess
 import sys
 
@@ -144,3 +146,51 @@ def test_a_refused_sign_up_form_does_not_use_up_the_allowance(settings):
         Client().post("/accounts/signup/", {"username": "x", "password1": "a", "password2": "b"},
                       REMOTE_ADDR="192.0.2.1")
     assert signup(Client(), "fine", "192.0.2.1").status_code == 302
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_the_generated_secret_key_is_private_from_the_moment_it_exists(tmp_path, monkeypatch):
+    """Created private, not written and then narrowed: with chmod doing nothing and a umask
+    that hides nothing, the key must still be readable by its owner only."""
+    from tokenstream_site.devsecret import dev_secret_key
+
+    monkeypatch.setattr(os, "chmod", lambda *a, **k: None)
+    monkeypatch.setattr(pathlib.Path, "chmod", lambda *a, **k: None)
+    old_umask = os.umask(0)
+    try:
+        key = dev_secret_key(tmp_path / "var")
+    finally:
+        os.umask(old_umask)
+    assert len(key) > 50
+    assert mode(tmp_path / "var" / "secret_key") == 0o600
+    assert mode(tmp_path / "var") == 0o700
+
+
+def run_migrate(var_dir, umask=0o022):
+    env = production_env(TOKENSTREAM_VAR_DIR=str(var_dir), DJANGO_SECRET_KEY="")
+    env.pop("DJANGO_SECRET_KEY")
+    result = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, preexec_fn=lambda: os.umask(umask))
+    assert result.returncode == 0, result.stderr
+
+
+def test_var_dir_database_and_key_are_created_private(tmp_path):
+    var = tmp_path / "var"
+    run_migrate(var)
+    assert mode(var) == 0o700
+    assert mode(var / "secret_key") == 0o600
+    assert mode(var / "db.sqlite3") == 0o600
+    assert all(mode(extra) == 0o600 for extra in var.glob("db.sqlite3-*"))
+
+
+def test_an_existing_world_readable_var_dir_is_made_private(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    (var / "db.sqlite3").touch(mode=0o644)
+    os.chmod(var, 0o755)
+    os.chmod(var / "db.sqlite3", 0o644)
+    run_migrate(var)
+    assert (mode(var), mode(var / "db.sqlite3")) == (0o700, 0o600)

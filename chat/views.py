@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_http_methods
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -64,8 +65,10 @@ def metrics(request):
     """Not public: staff signed in, or a bearer token from METRICS_TOKEN for scrapers."""
     token = settings.METRICS_TOKEN
     bearer = request.headers.get("Authorization", "")
-    allowed = (request.user.is_authenticated and request.user.is_staff) or (
-        token and bearer == f"Bearer {token}"
+    # Constant time: `==` stops at the first wrong character, and the time that takes
+    # tells a guesser how much of the token is right.
+    allowed = (request.user.is_authenticated and request.user.is_staff) or bool(
+        token and constant_time_compare(bearer, f"Bearer {token}")
     )
     if not allowed:
         return HttpResponse("Forbidden.\n", status=403, content_type="text/plain")

@@ -260,3 +260,21 @@ LOGGING = {
     "loggers": {"django_eventstream": {"level": "WARNING"}},
 }
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
+# deploy/tokenstream.env ships "change-me" values: a site started with them unedited would
+# sign sessions with a key everyone can read.
+PLACEHOLDER = "change-me"
+_placeholders = [
+    name
+    for name, value in [
+        ("DJANGO_SECRET_KEY", SECRET_KEY),
+        ("METRICS_TOKEN", METRICS_TOKEN),
+        ("INFERENCE_API_KEY", INFERENCE_API_KEY),
+    ]
+    if PLACEHOLDER in value.lower()
+]
+if _placeholders and not DEBUG:
+    raise ImproperlyConfigured(
+        f"{', '.join(_placeholders)} still hold the placeholder of deploy/tokenstream.env: "
+        "set a random value (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+    )

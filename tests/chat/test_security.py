@@ -194,3 +194,23 @@ def test_an_existing_world_readable_var_dir_is_made_private(tmp_path):
     os.chmod(var / "db.sqlite3", 0o644)
     run_migrate(var)
     assert (mode(var), mode(var / "db.sqlite3")) == (0o700, 0o600)
+
+
+def manage_check(tmp_path, **env):
+    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True,
+                          text=True, env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), **env))
+
+
+def test_production_refuses_to_start_with_the_shipped_placeholder_secrets(tmp_path):
+    shipped = {}
+    for line in (ROOT / "deploy" / "tokenstream.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, value = line.split("=", 1)
+            shipped[name] = value
+    shipped.pop("DATABASE_URL")
+    shipped.pop("REDIS_URL")
+    result = manage_check(tmp_path, **shipped)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr and "METRICS_TOKEN" in result.stderr
+    assert manage_check(tmp_path, METRICS_TOKEN="change-me-too").returncode != 0
+    assert manage_check(tmp_path, METRICS_TOKEN="a-real-random-token-4f9c1e").returncode == 0

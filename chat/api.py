@@ -21,7 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 # The one place a service's refusal becomes an HTTP status.
-SERVICE_ERROR_STATUS = {services.Conflict: 409, services.RateLimited: 429}
+SERVICE_ERROR_STATUS = {
+    services.Conflict: 409,
+    services.RateLimited: 429,
+    services.Unavailable: 503,
+}
 
 
 def error(status: int, message: str) -> JsonResponse:

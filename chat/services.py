@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat import selectors
+from chat.inference_client import catalog
 from chat.models import Conversation, Message, UsageEvent
 from chat.relay.manager import relay_manager
 
@@ -35,15 +36,33 @@ class RateLimited(ServiceError):
     """A per-user limit was reached; waiting makes it possible again."""
 
 
+class Unavailable(ServiceError):
+    """Something the site depends on (the model servers) did not answer."""
+
+
 @dataclass(frozen=True)
 class SentMessage:
     user_message: Message
     assistant_message: Message
 
 
+def _check_model(model: str) -> None:
+    """Only a model the servers list goes upstream; blank means the server's default."""
+    if not model or model == settings.INFERENCE_MODEL:
+        return
+    known = catalog.model_ids()
+    if not known:
+        raise Unavailable(
+            "The model servers cannot be reached to check the model. Try again in a moment."
+        )
+    if model not in known:
+        raise ServiceError(f"There is no model `{model}`. Choose one of: {', '.join(known[:20])}.")
+
+
 def conversation_create(
     *, owner, title: str = "", system_prompt: str = "", settings_: dict | None = None
 ) -> Conversation:
+    _check_model((settings_ or {}).get("model", ""))
     limit = settings.CHAT_CONVERSATIONS_PER_MINUTE
     with transaction.atomic():
         _lock_user(owner.pk)
@@ -60,6 +79,8 @@ def conversation_create(
 
 
 def conversation_update(*, conversation: Conversation, fields: dict) -> Conversation:
+    if fields.get("model", conversation.model) != conversation.model:
+        _check_model(fields["model"])
     for name, value in fields.items():
         setattr(conversation, name, value)
     conversation.save(update_fields=[*fields, "updated_at"])

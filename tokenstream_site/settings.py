@@ -220,6 +220,8 @@ INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.htt
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
 INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")
+# How long the servers' model list is trusted when checking a conversation's `model`.
+INFERENCE_MODELS_CACHE_SECONDS = env_int("INFERENCE_MODELS_CACHE_SECONDS", 60)
 # Seconds: connecting, waiting for the first token, and silence between two chunks.
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
 INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)

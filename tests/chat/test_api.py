@@ -340,3 +340,47 @@ def test_conversation_creation_is_limited_per_minute_and_deleting_gives_nothing_
             api.delete(f"/api/conversations/{response.json()['id']}/")
     assert codes == [201, 201, 201, 429]
     assert "conversations in the last minute" in post(api, "/api/conversations/", {}).json()["error"]["message"]
+
+
+@pytest.fixture
+def fake_models(settings, fresh_inference_client, monkeypatch):
+    """The in-process fake server, counting how often it is asked for its models."""
+    from django.core.cache import cache
+
+    from chat.inference_client.fake import FakeInferenceClient
+
+    settings.INFERENCE_CLIENT = "chat.inference_client.fake.FakeInferenceClient"
+    asked = []
+    original = FakeInferenceClient.list_models
+
+    async def counted(self):
+        asked.append(1)
+        return await original(self)
+
+    monkeypatch.setattr(FakeInferenceClient, "list_models", counted)
+    cache.clear()
+    yield asked
+    cache.clear()
+
+
+def test_a_model_the_servers_do_not_list_is_400_and_the_list_is_asked_once(api, fake_models):
+    response = post(api, "/api/conversations/", {"model": "../../admin"})
+    assert response.status_code == 400
+    assert "fake-echo" in response.json()["error"]["message"]
+    assert not Conversation.objects.exists()
+    created = post(api, "/api/conversations/", {"model": "fake-echo"})
+    assert created.status_code == 201
+    patched = post(api, f"/api/conversations/{created.json()['id']}/", {"model": "gpt-9"}, method="patch")
+    assert patched.status_code == 400
+    assert post(api, "/api/conversations/", {"model": ""}).status_code == 201
+    assert len(fake_models) == 1
+
+
+def test_a_model_cannot_be_checked_while_no_server_answers(api, stopped_inference_url):
+    from django.core.cache import cache
+
+    cache.clear()
+    response = post(api, "/api/conversations/", {"model": "anything"})
+    assert response.status_code == 503
+    assert "cannot be reached" in response.json()["error"]["message"]
+    assert post(api, "/api/conversations/", {"title": "no model asked"}).status_code == 201

@@ -156,6 +156,8 @@ if REDIS_URL:
     EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
 EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
+# The in-memory log's bound over all channels; the least recently used go first.
+EVENTLOG_MAX_BYTES = env_int("EVENTLOG_MAX_BYTES", 256 * 1024 * 1024)
 # Open event streams per user and per process (0: half the process's open-file limit).
 EVENTS_MAX_STREAMS_PER_USER = env_int("EVENTS_MAX_STREAMS_PER_USER", 20)
 EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 0)

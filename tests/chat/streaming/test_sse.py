@@ -198,3 +198,22 @@ def test_a_stream_ends_once_its_session_is_gone(monkeypatch, how):
 
     asyncio.run(scenario())
     assert subscriber.status == 200
+
+
+def test_a_stream_whose_channel_was_evicted_gets_reset_and_every_later_event_once(settings):
+    settings.EVENTLOG_MAX_BYTES = 20_000
+    conversation = create_conversation()
+    subscriber = Subscriber(conversation.owner, conversation.id)
+
+    async def action():
+        await publish_tokens(conversation.id, ["a", "b"])()
+        for number in range(30):  # other conversations fill the log
+            publish_on_loop(f"other-{number}", "token", {"text": "x" * 1000})
+        await asyncio.sleep(0.05)
+        publish_on_loop(conversation.id, "token", {"message_id": "m", "seq": 2, "text": "c"})
+        await asyncio.sleep(0.05)
+        publish_on_loop(conversation.id, "token", {"message_id": "m", "seq": 3, "text": "d"})
+
+    asyncio.run(subscriber.run_while(action))
+    seen = [(e.event, e.json.get("text")) for e in subscriber.events()]
+    assert seen == [("token", "a"), ("token", "b"), ("stream-reset", None), ("token", "d")]

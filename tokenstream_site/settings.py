@@ -238,6 +238,8 @@ FAKE_TOKENS_PER_SECOND = env_float("FAKE_TOKENS_PER_SECOND", 20.0)
 CHAT_MAX_MESSAGE_CHARS = env_int("CHAT_MAX_MESSAGE_CHARS", 32000)
 CHAT_MAX_SYSTEM_PROMPT_CHARS = env_int("CHAT_MAX_SYSTEM_PROMPT_CHARS", 8000)
 CHAT_MAX_TITLE_CHARS = 200
+# Messages in one page of GET /api/conversations/<id>/ (newest first; ?before= for earlier).
+CHAT_MESSAGES_PAGE_SIZE = env_int("CHAT_MESSAGES_PAGE_SIZE", 100)
 CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
 # Sampling for conversations that set none. OpenAI-style servers default to temperature 1,
 # which turns a small model like the bundled 135M one into word salad; 0.5 / 0.9 keep it on

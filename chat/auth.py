@@ -114,7 +114,9 @@ class SignInAttempt:
         if self.pair_count < settings.LOGIN_MAX_FAILURES:
             return
         strikes = throttle.hit(f"{self.pair}:strikes", STRIKES_MEMORY)
-        delay = min(settings.LOGIN_DELAY_SECONDS * 2 ** (strikes - 1), settings.LOGIN_LOCKOUT_SECONDS)
+        delay = min(
+            settings.LOGIN_DELAY_SECONDS * 2 ** (strikes - 1), settings.LOGIN_LOCKOUT_SECONDS
+        )
         throttle.lock(f"{self.pair}:lock", delay)
         # One more guess after the delay, not a fresh allowance.
         cache.set(self.pair, settings.LOGIN_MAX_FAILURES - 1, settings.LOGIN_LOCKOUT_SECONDS)

@@ -103,7 +103,8 @@ def page_params(query) -> tuple[uuid.UUID | None, int]:
     raw_limit = query.get("limit")
     limit = settings.CHAT_MESSAGES_PAGE_SIZE
     if raw_limit is not None:
-        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_PAGE_MESSAGES:
+        whole = raw_limit.isascii() and raw_limit.isdigit()
+        if not whole or not 1 <= int(raw_limit) <= MAX_PAGE_MESSAGES:
             raise InvalidInput(f"`limit` must be a whole number from 1 to {MAX_PAGE_MESSAGES}.")
         limit = int(raw_limit)
     raw_before = query.get("before")

@@ -19,6 +19,7 @@ device only has its own per-device delays.
 """
 
 import functools
+import logging
 import math
 import secrets
 
@@ -30,6 +31,8 @@ from django.shortcuts import render
 
 from chat import throttle
 from chat.client_address import client_address, client_key
+
+logger = logging.getLogger(__name__)
 
 DEVICE_COOKIE = "tokenstream_device"
 DEVICE_SALT = "chat.auth.device"
@@ -158,6 +161,9 @@ def throttled_sign_in(view):
         attempt = SignInAttempt(request)
         refusal = attempt.admit()
         if refusal is not None:
+            # The address only: a username field sometimes holds a mistyped password.
+            logger.warning("sign-in refused, client %s: %s", client_address(request),
+                           refusal[0].split(".")[0])
             return _refused(request, *refusal)
         response = view(request, *args, **kwargs)
         user = request.user

@@ -13,15 +13,25 @@ from django.views.decorators.http import require_http_methods
 
 from chat import selectors, services
 from chat.models import Conversation, Message
-from chat.presenters import conversation_json, message_json
+from chat.presenters import conversation_json, conversation_page_json, message_json
 from chat.inference_client import get_client
-from chat.validation import InvalidInput, conversation_fields, message_content, parse_json_object
+from chat.validation import (
+    InvalidInput,
+    conversation_fields,
+    message_content,
+    page_params,
+    parse_json_object,
+)
 
 logger = logging.getLogger(__name__)
 
 
 # The one place a service's refusal becomes an HTTP status.
-SERVICE_ERROR_STATUS = {services.Conflict: 409, services.RateLimited: 429}
+SERVICE_ERROR_STATUS = {
+    services.Conflict: 409,
+    services.RateLimited: 429,
+    services.Unavailable: 503,
+}
 
 
 def error(status: int, message: str) -> JsonResponse:
@@ -93,8 +103,9 @@ def conversation_detail(request, conversation_id: uuid.UUID):
     if request.method == "PATCH":
         fields = conversation_fields(body_of(request), partial=True)
         conversation = services.conversation_update(conversation=conversation, fields=fields)
-    messages = selectors.conversation_messages(conversation=conversation)
-    return JsonResponse(conversation_json(conversation, messages))
+    before, limit = page_params(request.GET)
+    page = selectors.conversation_page(conversation=conversation, limit=limit, before=before)
+    return JsonResponse(conversation_page_json(conversation, page))
 
 
 @api_view("POST")

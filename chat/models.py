@@ -85,3 +85,21 @@ class Message(models.Model):
             return None
         rate = decode_rate(self.completion_tokens, self.ttft_ms / 1000, self.duration_ms / 1000)
         return None if rate is None else round(rate, 1)
+
+
+class UsageEvent(models.Model):
+    """One reply started or conversation created, kept for a rate window. Counted here and
+    not from messages, so deleting a conversation does not give its quota back."""
+
+    class Action(models.TextChoices):
+        REPLY = "reply"
+        CONVERSATION = "conversation"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "action", "created_at"], name="usage_user_recent")]

@@ -41,3 +41,12 @@ def conversation_json(conversation: Conversation, messages=None) -> dict:
     if messages is not None:
         data["messages"] = [message_json(message) for message in messages]
     return data
+
+
+def conversation_page_json(conversation: Conversation, page) -> dict:
+    """One page of a conversation's messages (chat.selectors.MessagePage), newest page
+    first: `earlier_cursor` is the `before` that asks for the page before it."""
+    data = conversation_json(conversation, page.messages)
+    data["has_earlier"] = page.has_earlier
+    data["earlier_cursor"] = str(page.messages[0].id) if page.has_earlier else None
+    return data

@@ -2,6 +2,8 @@
 
 import datetime
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from django.db.models import (
     Case,
@@ -18,7 +20,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from chat.models import Conversation, Message
+from chat.models import Conversation, Message, UsageEvent
 from chat.permissions import can_review
 
 
@@ -62,25 +64,59 @@ def message_get(*, user, message_id: uuid.UUID) -> Message:
     )
 
 
-def user_streaming_count(*, user) -> int:
+def user_streaming_count(*, user_id) -> int:
     return Message.objects.filter(
-        conversation__owner=user, status=Message.Status.STREAMING
+        conversation__owner_id=user_id, status=Message.Status.STREAMING
     ).count()
 
 
-def user_messages_since(*, user, since) -> int:
-    return Message.objects.filter(
-        conversation__owner=user, role=Message.Role.USER, created_at__gte=since
-    ).count()
+def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:
+    return UsageEvent.objects.filter(user_id=user_id, action=action, created_at__gte=since).count()
 
 
-def prompt_history(*, reply: Message) -> list[Message]:
-    """The visible messages a reply answers: everything up to and including its question."""
+NEWEST_FIRST = ("-created_at", "-id")
+
+
+def _before(messages: QuerySet[Message], anchor: Message) -> QuerySet[Message]:
+    """The messages older than `anchor` in NEWEST_FIRST's order (ties broken by id)."""
+    return messages.filter(
+        Q(created_at__lt=anchor.created_at) | Q(created_at=anchor.created_at, id__lt=anchor.id)
+    )
+
+
+def prompt_history_newest_first(*, reply: Message, page: int = 32) -> Iterator[Message]:
+    """The visible messages a reply answers (up to and including its question), newest
+    first and read a page at a time: the caller stops once the model's context is full,
+    so a long conversation is not read whole for every reply."""
     question = reply.reply_to
     messages = reply.conversation.messages.filter(superseded=False).exclude(pk=reply.pk)
     if question is not None:
         messages = messages.filter(created_at__lte=question.created_at)
-    return list(messages.order_by("created_at"))
+    messages = messages.order_by(*NEWEST_FIRST)
+    batch = list(messages[:page])
+    while batch:
+        yield from batch
+        if len(batch) < page:
+            return
+        batch = list(_before(messages, batch[-1])[:page])
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    messages: list[Message]  # oldest first, as the chat shows them
+    has_earlier: bool
+
+
+def conversation_page(
+    *, conversation: Conversation, limit: int, before: uuid.UUID | None = None
+) -> MessagePage:
+    """The newest `limit` visible messages, or those just older than message `before`
+    (any message of the conversation; Message.DoesNotExist for one of another)."""
+    visible = conversation.messages.filter(superseded=False)
+    if before is not None:
+        visible = _before(visible, conversation.messages.get(pk=before))
+    newest = list(visible.order_by(*NEWEST_FIRST)[: limit + 1])
+    return MessagePage(messages=newest[:limit][::-1], has_earlier=len(newest) > limit)
 
 
 # --- staff review and housekeeping ---------------------------------------------------

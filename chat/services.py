@@ -7,14 +7,17 @@ import datetime
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from chat import selectors
-from chat.models import Conversation, Message
+from chat.inference_client import catalog
+from chat.models import Conversation, Message, UsageEvent
 from chat.relay.manager import relay_manager
 
 TITLE_CHARS = 60
+RATE_WINDOW = datetime.timedelta(minutes=1)
 
 
 class ServiceError(Exception):
@@ -33,21 +36,51 @@ class RateLimited(ServiceError):
     """A per-user limit was reached; waiting makes it possible again."""
 
 
+class Unavailable(ServiceError):
+    """Something the site depends on (the model servers) did not answer."""
+
+
 @dataclass(frozen=True)
 class SentMessage:
     user_message: Message
     assistant_message: Message
 
 
+def _check_model(model: str) -> None:
+    """Only a model the servers list goes upstream; blank means the server's default."""
+    if not model or model == settings.INFERENCE_MODEL:
+        return
+    known = catalog.model_ids()
+    if not known:
+        raise Unavailable(
+            "The model servers cannot be reached to check the model. Try again in a moment."
+        )
+    if model not in known:
+        raise ServiceError(f"There is no model `{model}`. Choose one of: {', '.join(known[:20])}.")
+
+
 def conversation_create(
     *, owner, title: str = "", system_prompt: str = "", settings_: dict | None = None
 ) -> Conversation:
-    return Conversation.objects.create(
-        owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
-    )
+    _check_model((settings_ or {}).get("model", ""))
+    limit = settings.CHAT_CONVERSATIONS_PER_MINUTE
+    with transaction.atomic():
+        _lock_user(owner.pk)
+        _charge(
+            user_id=owner.pk,
+            action=UsageEvent.Action.CONVERSATION,
+            limit=limit,
+            refusal=f"You created {limit} conversations in the last minute, the most allowed. "
+            "Wait a minute and try again.",
+        )
+        return Conversation.objects.create(
+            owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
+        )
 
 
 def conversation_update(*, conversation: Conversation, fields: dict) -> Conversation:
+    if fields.get("model", conversation.model) != conversation.model:
+        _check_model(fields["model"])
     for name, value in fields.items():
         setattr(conversation, name, value)
     conversation.save(update_fields=[*fields, "updated_at"])
@@ -55,7 +88,14 @@ def conversation_update(*, conversation: Conversation, fields: dict) -> Conversa
 
 
 def conversation_delete(*, conversation: Conversation) -> None:
+    """Its replies stop too: a relay writing into a deleted conversation would keep the
+    model busy outside every per-user limit, which counts only replies that still exist."""
+    streaming = list(
+        conversation.messages.filter(status=Message.Status.STREAMING).values_list("pk", flat=True)
+    )
     conversation.delete()
+    for reply_id in streaming:
+        relay_manager.request_stop(reply_id)
 
 
 def title_from(content: str) -> str:
@@ -66,20 +106,49 @@ def title_from(content: str) -> str:
     return cut + "…"
 
 
-def _check_can_start_reply(*, conversation: Conversation) -> None:
-    user = conversation.owner
+def _lock_user(user_id) -> None:
+    """Serialise one user's limited actions across threads and processes: a limit is a
+    count read and then raised, and without this two requests both read the old count
+    (8 simultaneous sends were accepted with a limit of 3). FOR NO KEY UPDATE does not block
+    rows that merely reference the user. SQLite needs nothing: its IMMEDIATE transactions
+    already take the database's write lock when they begin."""
+    user_model = get_user_model()
+    list(user_model.objects.select_for_update(no_key=True).filter(pk=user_id).values_list("pk"))
+
+
+def _lock_for_reply(conversation: Conversation) -> Conversation:
+    """The owner first, then the conversation: every writer takes them in this order."""
+    _lock_user(conversation.owner_id)
+    return Conversation.objects.select_for_update().get(pk=conversation.pk)
+
+
+def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
+    """Count one more `action` in the last minute, or refuse; under the user's lock."""
+    now = timezone.now()
+    since = now - RATE_WINDOW
+    UsageEvent.objects.filter(user_id=user_id, action=action, created_at__lt=since).delete()
+    if selectors.user_usage_since(user_id=user_id, action=action, since=since) >= limit:
+        raise RateLimited(refusal)
+    UsageEvent.objects.create(user_id=user_id, action=action)
+
+
+def _admit_reply(conversation: Conversation) -> None:
+    """Every new reply (send, edit, regenerate) passes here, under _lock_for_reply."""
     if selectors.conversation_is_streaming(conversation=conversation):
         raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
-    if selectors.user_streaming_count(user=user) >= settings.CHAT_MAX_STREAMING_PER_USER:
+    streaming = selectors.user_streaming_count(user_id=conversation.owner_id)
+    if streaming >= settings.CHAT_MAX_STREAMING_PER_USER:
         raise RateLimited(
             "You have too many replies being written at once. Wait for one to finish."
         )
-
-
-def _check_message_rate(*, user) -> None:
-    since = timezone.now() - datetime.timedelta(minutes=1)
-    if selectors.user_messages_since(user=user, since=since) >= settings.CHAT_MESSAGES_PER_MINUTE:
-        raise RateLimited("You are sending messages too fast. Wait a minute and try again.")
+    limit = settings.CHAT_MESSAGES_PER_MINUTE
+    _charge(
+        user_id=conversation.owner_id,
+        action=UsageEvent.Action.REPLY,
+        limit=limit,
+        refusal=f"You asked for {limit} replies in the last minute, the most allowed. "
+        "Wait a minute and try again.",
+    )
 
 
 def _reply_create(*, conversation: Conversation, question: Message) -> Message:
@@ -94,29 +163,31 @@ def _reply_create(*, conversation: Conversation, question: Message) -> Message:
     return reply
 
 
+def _ask(*, conversation: Conversation, content: str) -> SentMessage:
+    question = Message.objects.create(
+        conversation=conversation, role=Message.Role.USER, content=content
+    )
+    reply = _reply_create(conversation=conversation, question=question)
+    if not conversation.title:
+        conversation.title = title_from(content)
+    conversation.save(update_fields=["title", "updated_at"])
+    return SentMessage(user_message=question, assistant_message=reply)
+
+
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:
     with transaction.atomic():
-        # Lock the conversation so two sends cannot both pass the streaming check.
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
-        _check_can_start_reply(conversation=conversation)
-        _check_message_rate(user=conversation.owner)
-        question = Message.objects.create(
-            conversation=conversation, role=Message.Role.USER, content=content
-        )
-        reply = _reply_create(conversation=conversation, question=question)
-        if not conversation.title:
-            conversation.title = title_from(content)
-        conversation.save(update_fields=["title", "updated_at"])
-    return SentMessage(user_message=question, assistant_message=reply)
+        conversation = _lock_for_reply(conversation)
+        _admit_reply(conversation)
+        return _ask(conversation=conversation, content=content)
 
 
 def reply_regenerate(*, reply: Message) -> Message:
     if reply.role != Message.Role.ASSISTANT or reply.reply_to_id is None:
         raise ServiceError("Only a reply of the assistant can be regenerated.")
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=reply.conversation_id)
-        _check_can_start_reply(conversation=conversation)
-        reply.conversation.messages.filter(
+        conversation = _lock_for_reply(reply.conversation)
+        _admit_reply(conversation)
+        conversation.messages.filter(
             reply_to_id=reply.reply_to_id, role=Message.Role.ASSISTANT
         ).update(superseded=True)
         new_reply = _reply_create(conversation=conversation, question=reply.reply_to)
@@ -128,18 +199,17 @@ def message_edit(*, message: Message, content: str) -> SentMessage:
     """Replace the last question and its replies with a new question, and answer it."""
     if message.role != Message.Role.USER:
         raise ServiceError("Only your own messages can be edited.")
-    conversation = message.conversation
     with transaction.atomic():
-        Conversation.objects.select_for_update().get(pk=conversation.pk)
+        conversation = _lock_for_reply(message.conversation)
         later = selectors.conversation_messages(conversation=conversation).filter(
             role=Message.Role.USER, created_at__gt=message.created_at
         )
         if later.exists():
             raise ServiceError("Only the last message can be edited.")
-        _check_can_start_reply(conversation=conversation)
+        _admit_reply(conversation)
         conversation.messages.filter(pk=message.pk).update(superseded=True)
         conversation.messages.filter(reply_to=message).update(superseded=True)
-        return message_send(conversation=conversation, content=content)
+        return _ask(conversation=conversation, content=content)
 
 
 def reply_stop(*, reply: Message) -> None:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import uuid
 
 from django.conf import settings
 
@@ -92,3 +93,24 @@ def message_content(data: dict) -> str:
         max_chars=settings.CHAT_MAX_MESSAGE_CHARS,
         required=True,
     )
+
+
+MAX_PAGE_MESSAGES = 500
+
+
+def page_params(query) -> tuple[uuid.UUID | None, int]:
+    """`before` (a message id) and `limit` of GET /api/conversations/<id>/."""
+    raw_limit = query.get("limit")
+    limit = settings.CHAT_MESSAGES_PAGE_SIZE
+    if raw_limit is not None:
+        whole = raw_limit.isascii() and raw_limit.isdigit()
+        if not whole or not 1 <= int(raw_limit) <= MAX_PAGE_MESSAGES:
+            raise InvalidInput(f"`limit` must be a whole number from 1 to {MAX_PAGE_MESSAGES}.")
+        limit = int(raw_limit)
+    raw_before = query.get("before")
+    if not raw_before:
+        return None, limit
+    try:
+        return uuid.UUID(raw_before), limit
+    except ValueError:
+        raise InvalidInput("`before` must be the id of a message.") from None

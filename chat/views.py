@@ -8,13 +8,17 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_http_methods
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from chat import selectors
+from chat import selectors, throttle
+from chat.client_address import client_address, client_key
 from chat.models import Conversation
 from chat.presenters import conversation_json
 from chat.relay.metrics import REGISTRY
+
+SIGNUP_WINDOW = 3600
 
 
 @login_required
@@ -39,20 +43,32 @@ def signup(request):
         raise Http404("Sign-up is turned off on this site.")
     if request.user.is_authenticated:
         return redirect("chat:home")
-    form = UserCreationForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect("chat:home")
-    return render(request, "registration/signup.html", {"form": form})
+    if request.method == "GET":
+        return render(request, "registration/signup.html", {"form": UserCreationForm()})
+    # Counted before the form is checked, so simultaneous sign-ups cannot all pass.
+    key = f"signup:{throttle.digest(client_key(client_address(request)))}"
+    if throttle.hit(key, SIGNUP_WINDOW) > settings.SIGNUPS_PER_HOUR:
+        throttle.unhit(key)
+        refusal = "Too many accounts were created from your network. Try again in an hour."
+        context = {"form": UserCreationForm(), "refusal": refusal}
+        return render(request, "registration/signup.html", context, status=429)
+    form = UserCreationForm(request.POST)
+    if not form.is_valid():
+        throttle.unhit(key)
+        return render(request, "registration/signup.html", {"form": form})
+    user = form.save()
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return redirect("chat:home")
 
 
 def metrics(request):
     """Not public: staff signed in, or a bearer token from METRICS_TOKEN for scrapers."""
     token = settings.METRICS_TOKEN
     bearer = request.headers.get("Authorization", "")
-    allowed = (request.user.is_authenticated and request.user.is_staff) or (
-        token and bearer == f"Bearer {token}"
+    # Constant time: `==` stops at the first wrong character, and the time that takes
+    # tells a guesser how much of the token is right.
+    allowed = (request.user.is_authenticated and request.user.is_staff) or bool(
+        token and constant_time_compare(bearer, f"Bearer {token}")
     )
     if not allowed:
         return HttpResponse("Forbidden.\n", status=403, content_type="text/plain")

@@ -3,6 +3,8 @@
 import secrets
 from pathlib import Path
 
+from tokenstream_site.private_files import private_dir, write_private
+
 
 def dev_secret_key(var_dir: Path) -> str:
     path = Path(var_dir) / "secret_key"
@@ -10,10 +12,7 @@ def dev_secret_key(var_dir: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(50)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(key)
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    private_dir(path.parent)
+    write_private(path, secrets.token_urlsafe(50))
+    # Two processes starting at once each wrote a key; both use the one that stayed.
     return path.read_text().strip()

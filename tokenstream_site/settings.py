@@ -1,14 +1,18 @@
 """Settings for tokenstream. Every integration switches on only when its variable is set;
 the defaults serve one machine (SQLite, in-memory channel layer, local inference server)."""
 
+import ipaddress
 import os
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from tokenstream_site.private_files import private_dir, private_sqlite
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOKENSTREAM_VAR_DIR", BASE_DIR / "var"))
+private_dir(VAR_DIR)
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -67,6 +71,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chat.middleware.AdminContentSecurityPolicy",
 ]
 
 ROOT_URLCONF = "tokenstream_site.urls"
@@ -96,6 +101,8 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the relay's flushes and page reads proceed side by side; the busy timeout
     # rides out a brief lock instead of failing a flush.
+    if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
+        private_sqlite(Path(DATABASES["default"]["NAME"]))
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "timeout": 20,
@@ -131,6 +138,17 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Counters of the sign-in and sign-up limits: in Redis when there is one, so that every
+# site process counts the same guesses.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "tokenstream",
+        }
+    }
+
 # The event log behind django-eventstream: see chat/streaming/memory_log.py for why not
 # DjangoModelStorage.
 # With Redis, every site process shares one log and receives every event (EVENTSTREAM_REDIS).
@@ -142,6 +160,11 @@ if REDIS_URL:
     EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
 EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
+# The in-memory log's bound over all channels; the least recently used go first.
+EVENTLOG_MAX_BYTES = env_int("EVENTLOG_MAX_BYTES", 256 * 1024 * 1024)
+# Open event streams per user and per process (0: half the process's open-file limit).
+EVENTS_MAX_STREAMS_PER_USER = env_int("EVENTS_MAX_STREAMS_PER_USER", 20)
+EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -181,12 +204,31 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+# Accounts one client address may create per hour.
+SIGNUPS_PER_HOUR = env_int("TOKENSTREAM_SIGNUPS_PER_HOUR", 10)
+# Sign-in guessing (chat/auth.py): free failures per account and address (or device), then
+# delays doubling from LOGIN_DELAY_SECONDS to LOGIN_LOCKOUT_SECONDS, the window failures are
+# remembered in; and wide limits per address and per account that trusted browsers skip.
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
+LOGIN_DELAY_SECONDS = env_int("LOGIN_DELAY_SECONDS", 30)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
+LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
+LOGIN_MAX_FAILURES_PER_ACCOUNT = env_int("LOGIN_MAX_FAILURES_PER_ACCOUNT", 100)
+# Reverse proxies whose X-Forwarded-For is believed (addresses or networks). Empty: the
+# client is REMOTE_ADDR, whatever the headers say.
+try:
+    TRUSTED_PROXIES = [
+        str(ipaddress.ip_network(entry, strict=False))
+        for entry in env_list("TOKENSTREAM_TRUSTED_PROXIES", "")
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TOKENSTREAM_TRUSTED_PROXIES: {exc}") from None
 INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient")
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
 INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")
+# How long the servers' model list is trusted when checking a conversation's `model`.
+INFERENCE_MODELS_CACHE_SECONDS = env_int("INFERENCE_MODELS_CACHE_SECONDS", 60)
 # Seconds: connecting, waiting for the first token, and silence between two chunks.
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
 INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)
@@ -200,6 +242,8 @@ FAKE_TOKENS_PER_SECOND = env_float("FAKE_TOKENS_PER_SECOND", 20.0)
 CHAT_MAX_MESSAGE_CHARS = env_int("CHAT_MAX_MESSAGE_CHARS", 32000)
 CHAT_MAX_SYSTEM_PROMPT_CHARS = env_int("CHAT_MAX_SYSTEM_PROMPT_CHARS", 8000)
 CHAT_MAX_TITLE_CHARS = 200
+# Messages in one page of GET /api/conversations/<id>/ (newest first; ?before= for earlier).
+CHAT_MESSAGES_PAGE_SIZE = env_int("CHAT_MESSAGES_PAGE_SIZE", 100)
 CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
 # Sampling for conversations that set none. OpenAI-style servers default to temperature 1,
 # which turns a small model like the bundled 135M one into word salad; 0.5 / 0.9 keep it on
@@ -207,7 +251,9 @@ CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
 CHAT_DEFAULT_TEMPERATURE = env_float("CHAT_DEFAULT_TEMPERATURE", 0.5)
 CHAT_DEFAULT_TOP_P = env_float("CHAT_DEFAULT_TOP_P", 0.9)
 CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
+# Replies started per minute: sends, edits and regenerates alike.
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)
+CHAT_CONVERSATIONS_PER_MINUTE = env_int("CHAT_CONVERSATIONS_PER_MINUTE", 20)
 # The relay writes streamed text at least this often (seconds).
 RELAY_FLUSH_INTERVAL = env_float("RELAY_FLUSH_INTERVAL", 0.5)
 # A reply whose relay has not written for this long is taken to be orphaned.
@@ -225,3 +271,21 @@ LOGGING = {
     "loggers": {"django_eventstream": {"level": "WARNING"}},
 }
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
+# deploy/tokenstream.env ships "change-me" values: a site started with them unedited would
+# sign sessions with a key everyone can read.
+PLACEHOLDER = "change-me"
+_placeholders = [
+    name
+    for name, value in [
+        ("DJANGO_SECRET_KEY", SECRET_KEY),
+        ("METRICS_TOKEN", METRICS_TOKEN),
+        ("INFERENCE_API_KEY", INFERENCE_API_KEY),
+    ]
+    if PLACEHOLDER in value.lower()
+]
+if _placeholders and not DEBUG:
+    raise ImproperlyConfigured(
+        f"{', '.join(_placeholders)} still hold the placeholder of deploy/tokenstream.env: "
+        "set a random value (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+    )

@@ -43,16 +43,29 @@ def _or_default(value: float | None, default: float) -> float:
     return default if value is None else value  # 0 is a real choice (greedy), not "unset"
 
 
+def _history(reply: Message, budget: int) -> list[dict]:
+    """The newest turns, read until they alone overflow the budget (trim_to_budget then
+    decides what of the last one read stays)."""
+    turns, used = [], 0
+    for message in selectors.prompt_history_newest_first(reply=reply):
+        if not message.content:
+            continue
+        turns.append({"role": message.role, "content": message.content})
+        used += estimate_tokens(message.content)
+        if used > budget:
+            break
+    turns.reverse()
+    return turns
+
+
 def build_request(reply: Message) -> ChatRequest:
     conversation = reply.conversation
     messages = []
     if conversation.system_prompt:
         messages.append({"role": "system", "content": conversation.system_prompt})
-    for message in selectors.prompt_history(reply=reply):
-        if message.content:
-            messages.append({"role": message.role, "content": message.content})
     max_tokens = reply_max_tokens(conversation)
     budget = settings.INFERENCE_CONTEXT_TOKENS - max_tokens
+    messages += _history(reply, budget)
     return ChatRequest(
         messages=trim_to_budget(messages, budget),
         model=conversation.model or settings.INFERENCE_MODEL,

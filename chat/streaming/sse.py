@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from urllib.parse import parse_qs, unquote
 
 from asgiref.sync import sync_to_async
@@ -20,7 +21,8 @@ from channels.db import database_sync_to_async
 
 from chat.relay.metrics import METRICS
 from chat.selectors import conversation_readable_by
-from chat.streaming import delivery
+from chat.streaming import delivery, slots
+from chat.streaming.access import stream_may_continue
 from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
 from chat.streaming.eventstream import storage as event_storage
@@ -30,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 KEEP_ALIVE_SECONDS = 20
 READ_BATCH = 500
+STREAMS_RETRY_AFTER = 10
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -38,9 +41,11 @@ SSE_HEADERS = [
 OPENING = ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n"
 
 
-async def plain_response(send, status: int, text: str) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+async def plain_response(send, status: int, text: str, retry_after: int | None = None) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": text.encode()})
 
 
@@ -78,12 +83,26 @@ class ConversationEvents:
             return await plain_response(send, 400, "Invalid Last-Event-ID.\n")
         if resume_after is not None:
             METRICS.reconnects.inc()
+        refusal = slots.take(user.pk)
+        if refusal is not None:
+            return await plain_response(send, *refusal, retry_after=STREAMS_RETRY_AFTER)
+        try:
+            await self.stream(scope, receive, send, channel, resume_after)
+        finally:
+            slots.give_back(user.pk)
+
+    async def stream(self, scope, receive, send, channel: str, resume_after: int | None):
         try:
             await delivery.ready()
         except TimeoutError:
             return await plain_response(send, 503, "Event delivery is not available.\n")
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        events = ChannelStream(channel, user.pk, resume_after).bodies()
+        conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
+
+        async def still_allowed() -> bool:
+            return await database_sync_to_async(stream_may_continue)(scope, conversation_id)
+
+        events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed).bodies()
         pump = asyncio.ensure_future(forward(events, send))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
@@ -100,11 +119,17 @@ class ConversationEvents:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class AccessEnded(Exception):
+    """The session that opened the stream is gone, or may no longer read the channel."""
+
+
 class ChannelStream:
     """One subscriber of one channel: catch up from the log, then follow live events."""
 
-    def __init__(self, channel: str, user_id, resume_after: int | None):
+    def __init__(self, channel: str, user_id, resume_after: int | None, still_allowed):
         self.channel = channel
+        self.still_allowed = still_allowed
+        self.checked_at = time.monotonic()
         self.id_prefix = id_prefix(channel)
         self.last_id = resume_after
         self.storage = event_storage()
@@ -144,6 +169,8 @@ class ChannelStream:
                     yield body
                 async for body in self._follow():
                     yield body
+        except AccessEnded:
+            return
         finally:
             self.subscription.close()
 
@@ -171,8 +198,11 @@ class ChannelStream:
         """Live events as they are published; back to the log on overflow or a gap."""
         while True:
             if not await self.subscription.wait(KEEP_ALIVE_SECONDS):
+                await self._check_access()
                 yield "event: keep-alive\ndata:\n\n"
                 continue
+            if time.monotonic() - self.checked_at >= KEEP_ALIVE_SECONDS:
+                await self._check_access()  # a busy stream never reaches a keep-alive
             items, overflow = self.subscription.take()
             body = []
             for event in items:
@@ -187,6 +217,12 @@ class ChannelStream:
                 yield "".join(body)
             if overflow:
                 return
+
+
+    async def _check_access(self) -> None:
+        if not await self.still_allowed():
+            raise AccessEnded
+        self.checked_at = time.monotonic()
 
 
 async def forward(bodies, send) -> None:

@@ -5,6 +5,7 @@ from django.contrib.auth.models import Permission
 
 from chat.inference_client import reset_client
 from tests.support import factories
+from tests.support.postgres import Unavailable, scratch_database
 from tests.support.processes import InferenceServer, free_port
 
 
@@ -75,3 +76,13 @@ def live_inference_url(running_inference, settings, fresh_inference_client):
     settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
     settings.INFERENCE_URLS = [running_inference.url]
     return running_inference.url
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """A new database on the local PostgreSQL for this module; skips when it is absent."""
+    try:
+        with scratch_database() as url:
+            yield url
+    except Unavailable as exc:
+        pytest.skip(str(exc))

@@ -3,6 +3,7 @@ editing what a user or the model said."""
 
 import datetime
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -238,3 +239,30 @@ def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
     assert (last["role"], last["ttft_ms"], last["tokens_per_second"], last["finish_reason"]) == (
         "assistant", 120, 10.0, "stop"
     )
+
+
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>")
+
+
+def script_sources(policy: str) -> str:
+    return next(part for part in policy.split(";") if part.strip().startswith("script-src"))
+
+
+def test_admin_pages_carry_a_content_security_policy_that_forbids_inline_scripts(staff, chat):
+    for client, url in [(Client(), "/admin/login/"), (staff, "/admin/"), (staff, CHANGELIST),
+                        (staff, transcript_url(chat))]:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        policy = response["Content-Security-Policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        assert script_sources(policy).split() == ["script-src", "'self'"]
+        assert not INLINE_SCRIPT.search(response.content.decode()), url
+
+
+def test_the_transcript_still_polls_while_a_reply_streams(staff, make_conversation, make_message):
+    conversation = make_conversation()
+    make_message(conversation, "Count", role="assistant", status="streaming")
+    page = staff.get(transcript_url(conversation)).content.decode()
+    script = re.search(r'<script src="([^"]*transcript[^"]*\.js)"', page)
+    assert script, "the transcript's script is a static file"
+    assert "pollUrl" in Client().get(script.group(1)).getvalue().decode()

@@ -290,3 +290,145 @@ def test_refused_requests_log_nothing_of_another_users_text(api, caplog):
     post(api, f"/api/messages/{foreign_message.id}/edit/", {"content": "probe"})
     post(api, f"/api/conversations/{foreign.id}/", raw="{not json", method="patch")
     assert "secret" not in caplog.text
+
+
+def finish_streaming_replies():
+    Message.objects.filter(status="streaming").update(status="complete")
+
+
+def test_regenerates_count_against_the_per_minute_limit(api, user, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 3
+    conversation = create_conversation(owner=user)
+    question = create_message(conversation, content="q")
+    reply = create_message(conversation, role="assistant", content="a", reply_to=question)
+    codes = [post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code]
+    for _ in range(3):
+        finish_streaming_replies()
+        codes.append(post(api, f"/api/messages/{reply.id}/regenerate/", {}).status_code)
+    assert codes == [202, 202, 202, 429]
+    assert "replies in the last minute" in post(api, f"/api/messages/{reply.id}/regenerate/", {}).json()["error"]["message"]
+
+
+def test_deleting_conversations_does_not_reset_the_per_minute_limit(api, user, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 2
+    codes = []
+    for _ in range(3):
+        conversation = create_conversation(owner=user)
+        codes.append(post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code)
+        api.delete(f"/api/conversations/{conversation.id}/")
+    assert codes == [202, 202, 429]
+
+
+def test_deleting_a_conversation_stops_its_replies(api, user, monkeypatch):
+    from chat.relay.manager import relay_manager
+
+    stopped = []
+    monkeypatch.setattr(relay_manager, "request_stop", stopped.append)
+    conversation = create_conversation(owner=user)
+    reply = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).json()["assistant_message"]
+    assert api.delete(f"/api/conversations/{conversation.id}/").status_code == 204
+    assert [str(message_id) for message_id in stopped] == [reply["id"]]
+
+
+def test_conversation_creation_is_limited_per_minute_and_deleting_gives_nothing_back(api, settings):
+    settings.CHAT_CONVERSATIONS_PER_MINUTE = 3
+    codes = []
+    for _ in range(4):
+        response = post(api, "/api/conversations/", {"system_prompt": "s" * 8000})
+        codes.append(response.status_code)
+        if response.status_code == 201:
+            api.delete(f"/api/conversations/{response.json()['id']}/")
+    assert codes == [201, 201, 201, 429]
+    assert "conversations in the last minute" in post(api, "/api/conversations/", {}).json()["error"]["message"]
+
+
+@pytest.fixture
+def fake_models(settings, fresh_inference_client, monkeypatch):
+    """The in-process fake server, counting how often it is asked for its models."""
+    from django.core.cache import cache
+
+    from chat.inference_client.fake import FakeInferenceClient
+
+    settings.INFERENCE_CLIENT = "chat.inference_client.fake.FakeInferenceClient"
+    asked = []
+    original = FakeInferenceClient.list_models
+
+    async def counted(self):
+        asked.append(1)
+        return await original(self)
+
+    monkeypatch.setattr(FakeInferenceClient, "list_models", counted)
+    cache.clear()
+    yield asked
+    cache.clear()
+
+
+def test_a_model_the_servers_do_not_list_is_400_and_the_list_is_asked_once(api, fake_models):
+    response = post(api, "/api/conversations/", {"model": "../../admin"})
+    assert response.status_code == 400
+    assert "fake-echo" in response.json()["error"]["message"]
+    assert not Conversation.objects.exists()
+    created = post(api, "/api/conversations/", {"model": "fake-echo"})
+    assert created.status_code == 201
+    patched = post(api, f"/api/conversations/{created.json()['id']}/", {"model": "gpt-9"}, method="patch")
+    assert patched.status_code == 400
+    assert post(api, "/api/conversations/", {"model": ""}).status_code == 201
+    assert len(fake_models) == 1
+
+
+def test_a_model_cannot_be_checked_while_no_server_answers(api, stopped_inference_url):
+    from django.core.cache import cache
+
+    cache.clear()
+    response = post(api, "/api/conversations/", {"model": "anything"})
+    assert response.status_code == 503
+    assert "cannot be reached" in response.json()["error"]["message"]
+    assert post(api, "/api/conversations/", {"title": "no model asked"}).status_code == 201
+
+
+def long_conversation(user, count: int):
+    conversation = create_conversation(owner=user)
+    messages = [create_message(conversation, content=f"m{n}", role="user" if n % 2 == 0 else "assistant")
+                for n in range(count)]
+    create_message(conversation, content="replaced", superseded=True)
+    return conversation, [str(m.id) for m in messages]
+
+
+def test_a_short_conversation_comes_whole_as_before(api, user):
+    conversation, ids = long_conversation(user, 5)
+    data = api.get(f"/api/conversations/{conversation.id}/").json()
+    assert [m["id"] for m in data["messages"]] == ids
+    assert data["has_earlier"] is False and data["earlier_cursor"] is None
+
+
+def test_a_long_conversation_comes_newest_page_first_with_a_cursor_to_earlier_ones(api, user, settings):
+    settings.CHAT_MESSAGES_PAGE_SIZE = 40
+    conversation, ids = long_conversation(user, 100)
+    url = f"/api/conversations/{conversation.id}/"
+    first = api.get(url).json()
+    assert [m["id"] for m in first["messages"]] == ids[60:]
+    assert first["has_earlier"] is True and first["earlier_cursor"] == ids[60]
+    second = api.get(url, {"before": first["earlier_cursor"]}).json()
+    assert [m["id"] for m in second["messages"]] == ids[20:60]
+    third = api.get(url, {"before": second["earlier_cursor"], "limit": 50}).json()
+    assert [m["id"] for m in third["messages"]] == ids[:20]
+    assert third["has_earlier"] is False and third["earlier_cursor"] is None
+    assert [m["id"] for m in api.get(url, {"limit": 3}).json()["messages"]] == ids[97:]
+
+
+@pytest.mark.parametrize("query, status", [
+    ({"limit": "abc"}, 400), ({"limit": "0"}, 400), ({"limit": "100000"}, 400),
+    ({"before": "not-a-uuid"}, 400), ({"before": str(uuid.uuid4())}, 404),
+])
+def test_bad_page_parameters_are_refused(api, user, query, status):
+    conversation, _ = long_conversation(user, 3)
+    response = api.get(f"/api/conversations/{conversation.id}/", query)
+    assert response.status_code == status
+    assert response.json()["error"]["message"]
+
+
+def test_a_cursor_from_another_users_conversation_is_404(api, user):
+    conversation, _ = long_conversation(user, 3)
+    _, foreign_ids = long_conversation(create_user(), 3)
+    response = api.get(f"/api/conversations/{conversation.id}/", {"before": foreign_ids[1]})
+    assert response.status_code == 404

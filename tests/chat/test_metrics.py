@@ -37,6 +37,25 @@ def test_site_metrics_accept_the_scrapers_bearer_token(client, settings):
     assert response.status_code == 200 and metric_names(response.content.decode())
 
 
+@pytest.mark.django_db
+def test_the_scrapers_token_is_compared_in_constant_time(client, settings, monkeypatch):
+    from django.utils.crypto import constant_time_compare
+
+    from chat import views
+
+    settings.METRICS_TOKEN = "scrape-me"
+    compared = []
+
+    def spy(a, b):
+        compared.append((a, b))
+        return constant_time_compare(a, b)
+
+    monkeypatch.setattr(views, "constant_time_compare", spy)
+    assert client.get("/metrics", headers={"Authorization": "Bearer scrape-mf"}).status_code == 403
+    assert len(compared) == 1 and "scrape-mf" in compared[0][0] + compared[0][1]
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer sçrape-me").status_code == 403
+
+
 @pytest.mark.live
 def test_inference_metrics_parse_as_prometheus_text(running_inference):
     response = httpx.get(f"{running_inference.url}/metrics", timeout=10)

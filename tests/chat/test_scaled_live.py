@@ -12,26 +12,10 @@ from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.scaled]
 
-POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/5"
 # Site processes behind one proxy share the key that signs their sessions.
 SECRET = uuid.uuid4().hex * 2
 WORDS = " ".join(f"w{i}" for i in range(50))
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    psycopg = pytest.importorskip("psycopg")
-    name = f"tokenstream_test_{uuid.uuid4().hex[:8]}"
-    try:
-        admin = psycopg.connect(POSTGRES.replace("postgres://", "postgresql://"), autocommit=True,
-                                connect_timeout=3)
-    except psycopg.Error as exc:
-        pytest.skip(f"PostgreSQL is not running at 127.0.0.1:5432 ({exc})")
-    admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgres://postgres@127.0.0.1:5432/{name}"
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 import json
 import os
+import pathlib
+import stat
 import subprocess
 import sys
 
@@ -112,3 +114,103 @@ def test_numbers_are_accepted_only_when_finite_and_in_range(value):
     except InvalidInput:
         return
     assert result is None or (0 <= result <= 2 and not isinstance(value, bool))
+
+
+def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path):
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.CACHES['default']['BACKEND'])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path),
+                                               REDIS_URL="redis://127.0.0.1:6379/0"))
+    assert result.stdout.strip() == "django.core.cache.backends.redis.RedisCache", result.stderr
+
+
+def signup(client: Client, name: str, address: str):
+    return client.post("/accounts/signup/", {"username": name, "password1": PASSWORD,
+                                             "password2": PASSWORD}, REMOTE_ADDR=address)
+
+
+@pytest.mark.django_db
+def test_sign_ups_from_one_address_are_limited_per_hour(settings):
+    settings.SIGNUPS_PER_HOUR = 3
+    statuses = [signup(Client(), f"new{n}", "192.0.2.1").status_code for n in range(5)]
+    assert statuses == [302, 302, 302, 429, 429]
+    assert "Too many accounts" in signup(Client(), "new9", "192.0.2.1").content.decode()
+    assert signup(Client(), "elsewhere", "198.51.100.7").status_code == 302
+
+
+@pytest.mark.django_db
+def test_a_refused_sign_up_form_does_not_use_up_the_allowance(settings):
+    settings.SIGNUPS_PER_HOUR = 2
+    for _ in range(4):
+        Client().post("/accounts/signup/", {"username": "x", "password1": "a", "password2": "b"},
+                      REMOTE_ADDR="192.0.2.1")
+    assert signup(Client(), "fine", "192.0.2.1").status_code == 302
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_the_generated_secret_key_is_private_from_the_moment_it_exists(tmp_path, monkeypatch):
+    """Created private, not written and then narrowed: with chmod doing nothing and a umask
+    that hides nothing, the key must still be readable by its owner only."""
+    from tokenstream_site.devsecret import dev_secret_key
+
+    monkeypatch.setattr(os, "chmod", lambda *a, **k: None)
+    monkeypatch.setattr(pathlib.Path, "chmod", lambda *a, **k: None)
+    old_umask = os.umask(0)
+    try:
+        key = dev_secret_key(tmp_path / "var")
+    finally:
+        os.umask(old_umask)
+    assert len(key) > 50
+    assert mode(tmp_path / "var" / "secret_key") == 0o600
+    assert mode(tmp_path / "var") == 0o700
+
+
+def run_migrate(var_dir, umask=0o022):
+    env = production_env(TOKENSTREAM_VAR_DIR=str(var_dir), DJANGO_SECRET_KEY="")
+    env.pop("DJANGO_SECRET_KEY")
+    result = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, preexec_fn=lambda: os.umask(umask))
+    assert result.returncode == 0, result.stderr
+
+
+def test_var_dir_database_and_key_are_created_private(tmp_path):
+    var = tmp_path / "var"
+    run_migrate(var)
+    assert mode(var) == 0o700
+    assert mode(var / "secret_key") == 0o600
+    assert mode(var / "db.sqlite3") == 0o600
+    assert all(mode(extra) == 0o600 for extra in var.glob("db.sqlite3-*"))
+
+
+def test_an_existing_world_readable_var_dir_is_made_private(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    (var / "db.sqlite3").touch(mode=0o644)
+    os.chmod(var, 0o755)
+    os.chmod(var / "db.sqlite3", 0o644)
+    run_migrate(var)
+    assert (mode(var), mode(var / "db.sqlite3")) == (0o700, 0o600)
+
+
+def manage_check(tmp_path, **env):
+    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True,
+                          text=True, env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), **env))
+
+
+def test_production_refuses_to_start_with_the_shipped_placeholder_secrets(tmp_path):
+    shipped = {}
+    for line in (ROOT / "deploy" / "tokenstream.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, value = line.split("=", 1)
+            shipped[name] = value
+    shipped.pop("DATABASE_URL")
+    shipped.pop("REDIS_URL")
+    result = manage_check(tmp_path, **shipped)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr and "METRICS_TOKEN" in result.stderr
+    assert manage_check(tmp_path, METRICS_TOKEN="change-me-too").returncode != 0
+    assert manage_check(tmp_path, METRICS_TOKEN="a-real-random-token-4f9c1e").returncode == 0

@@ -110,12 +110,21 @@ class InferenceServer:
         self.process.stop()
 
 
+# Every test and benchmark signs up from 127.0.0.1, and some open hundreds of streams: the
+# per-client limits are set out of reach unless a test sets them itself.
+LIVE_LIMITS = {
+    "TOKENSTREAM_SIGNUPS_PER_HOUR": 100000,
+    "CHAT_CONVERSATIONS_PER_MINUTE": 100000,
+    "EVENTS_MAX_STREAMS_PER_USER": 100000,
+}
+
+
 class SiteServer:
     def __init__(self, log_dir: Path, var_dir: Path, *, port: int | None = None, **env):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = base_env(TOKENSTREAM_VAR_DIR=var_dir, DJANGO_DEBUG=0, SITE_HOST="127.0.0.1",
-                            SITE_PORT=self.port, **env)
+                            SITE_PORT=self.port, **{**LIVE_LIMITS, **env})
         self.var_dir = var_dir
         self.process = Process(
             f"site-{self.port}",

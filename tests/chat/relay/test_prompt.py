@@ -54,3 +54,34 @@ def test_unset_sampling_gets_the_site_defaults_and_zero_stays_greedy(settings):
     question = create_message(greedy, content="hi")
     request = build_request(create_message(greedy, role="assistant", content="", reply_to=question, status="streaming"))
     assert (request.temperature, request.top_p) == (0, 1.0)
+
+
+@pytest.mark.django_db
+def test_a_long_history_is_read_newest_first_only_as_far_as_the_context_holds(settings, monkeypatch):
+    from chat.models import Message
+
+    settings.INFERENCE_CONTEXT_TOKENS = 2048
+    conversation = create_conversation(system_prompt="Be terse.", max_tokens=100)
+    question = None
+    for number in range(150):
+        if question is not None:
+            create_message(conversation, role="assistant", content=f"a{number} " + "y" * 600,
+                           reply_to=question, status="complete")
+        question = create_message(conversation, content=f"q{number} " + "x" * 600)
+    reply = create_message(conversation, role="assistant", content="", reply_to=question, status="streaming")
+    everything = [{"role": "system", "content": "Be terse."}] + [
+        {"role": m.role, "content": m.content}
+        for m in conversation.messages.exclude(pk=reply.pk).order_by("created_at")
+    ]
+    loaded = []
+    original = Message.from_db.__func__
+
+    def counting(cls, db, field_names, values):
+        loaded.append(1)
+        return original(cls, db, field_names, values)
+
+    monkeypatch.setattr(Message, "from_db", classmethod(counting))
+    request = build_request(reply)
+    assert request.messages == trim_to_budget(everything, 2048 - 100)
+    assert len(request.messages) < 15
+    assert len(loaded) <= 40, f"{len(loaded)} messages read for a prompt of {len(request.messages)}"

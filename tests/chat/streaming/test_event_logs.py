@@ -98,3 +98,48 @@ def test_channel_names_parse_to_conversation_ids():
     assert str(conversation_id_from_channel("conversation-" + "1" * 32)) == (
         "11111111-1111-1111-1111-111111111111"
     )
+
+
+def fill(storage, channel: str, events: int, size: int = 1000):
+    return [storage.append_event(channel, "token", json.dumps({"t": "x" * size})) for _ in range(events)]
+
+
+def test_the_memory_log_is_bounded_in_bytes_across_channels_evicting_the_least_recently_used(settings):
+    settings.EVENTLOG_MAX_BYTES = 50_000
+    memory_log.forget_all_channels()
+    storage = MemoryEventStorage()
+    fill(storage, "old", 10)
+    kept = fill(storage, "read", 10)
+    for number in range(20):
+        storage.get_events("read", kept[-1].id)  # a stream still reading keeps it recent
+        fill(storage, f"busy{number}", 5)
+    assert memory_log.kept_bytes() <= 50_000
+    assert "old" not in memory_log.known_channels()
+    assert "read" in memory_log.known_channels()
+    assert storage.get_events("read", kept[4].id) == kept[5:]
+
+
+def test_one_channel_larger_than_the_bound_keeps_only_its_newest_events(settings):
+    settings.EVENTLOG_MAX_BYTES = 20_000
+    memory_log.forget_all_channels()
+    storage = MemoryEventStorage()
+    events = fill(storage, "huge", 100)
+    assert memory_log.kept_bytes() <= 20_000
+    assert storage.get_events("huge", events[-3].id) == events[-2:]
+    with pytest.raises(EventDoesNotExist):
+        storage.get_events("huge", events[0].id)
+
+
+def test_a_reader_of_an_evicted_channel_gets_reset_and_then_only_new_events(settings):
+    settings.EVENTLOG_MAX_BYTES = 30_000
+    memory_log.forget_all_channels()
+    storage = MemoryEventStorage()
+    seen = fill(storage, "mine", 3)
+    for number in range(10):
+        fill(storage, f"other{number}", 5)
+    assert "mine" not in memory_log.known_channels()
+    later = storage.append_event("mine", "token", json.dumps({"t": "later"}))
+    with pytest.raises(EventDoesNotExist) as reset:
+        storage.get_events("mine", seen[-1].id)
+    assert reset.value.current_id == later.id > seen[-1].id
+    assert storage.get_events("mine", reset.value.current_id) == []

@@ -48,12 +48,23 @@ class Subscriber:
         return [e for e in blocks if e is not None and e.event != "stream-open"]
 
     async def run_while(self, action):
-        task = asyncio.ensure_future(ConversationEvents()(self.scope, self.receive, self.send))
+        self.open()
         await asyncio.sleep(0.05)
         await action()
         await asyncio.sleep(0.05)
+        await self.leave()
+
+    def open(self) -> None:
+        self.task = asyncio.ensure_future(ConversationEvents()(self.scope, self.receive, self.send))
+
+    async def leave(self) -> None:
         self.gone.set()
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(self.task, 5)
+
+    async def attempt(self) -> int:
+        """Opens a stream the endpoint is expected to refuse at once; returns the status."""
+        await asyncio.wait_for(ConversationEvents()(self.scope, self.receive, self.send), 2)
+        return self.status
 
 
 async def nothing():
@@ -108,3 +119,101 @@ def test_an_unknown_last_event_id_gets_stream_reset():
     asyncio.run(subscriber.run_while(publish_tokens(conversation.id, ["x"])))
 
     assert [e.event for e in subscriber.events()] == ["stream-reset", "token"]
+
+
+def test_open_streams_are_capped_per_user_and_per_process(settings):
+    settings.EVENTS_MAX_STREAMS_PER_USER, settings.EVENTS_MAX_STREAMS = 2, 3
+    mine, theirs, third = create_conversation(), create_conversation(), create_conversation()
+
+    async def scenario():
+        held = [Subscriber(mine.owner, mine.id) for _ in range(2)]
+        for subscriber in held:
+            subscriber.open()
+        await asyncio.sleep(0.05)
+        over_user = Subscriber(mine.owner, mine.id)
+        assert await over_user.attempt() == 429
+        assert "Too many open event streams" in over_user.body
+        other = Subscriber(theirs.owner, theirs.id)
+        other.open()
+        await asyncio.sleep(0.05)
+        assert other.status == 200
+        over_process = Subscriber(third.owner, third.id)
+        assert await over_process.attempt() == 503
+        assert "as many event streams as it can" in over_process.body
+        await held[0].leave()
+        again = Subscriber(mine.owner, mine.id)
+        again.open()
+        await asyncio.sleep(0.05)
+        assert again.status == 200
+        for subscriber in (held[1], other, again):
+            await subscriber.leave()
+
+    asyncio.run(scenario())
+
+
+def signed_in_scope(subscriber: Subscriber, user) -> str:
+    """Gives the subscriber's request a real session, as AuthMiddlewareStack does."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    subscriber.scope["session"] = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return key
+
+
+@pytest.mark.parametrize("how", ["sign-out", "deactivated", "password changed"])
+def test_a_stream_ends_once_its_session_is_gone(monkeypatch, how):
+    from importlib import import_module
+
+    from asgiref.sync import sync_to_async
+    from django.conf import settings
+
+    from chat.streaming import sse
+
+    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.1)
+    conversation = create_conversation()
+    owner = conversation.owner
+    subscriber = Subscriber(owner, conversation.id)
+    key = signed_in_scope(subscriber, owner)
+
+    def end_session():
+        if how == "sign-out":
+            import_module(settings.SESSION_ENGINE).SessionStore(key).delete()
+        elif how == "deactivated":
+            type(owner).objects.filter(pk=owner.pk).update(is_active=False)
+        else:
+            owner.set_password("another-Long-pass-1")
+            owner.save()
+
+    async def scenario():
+        subscriber.open()
+        await asyncio.sleep(0.3)
+        assert not subscriber.task.done()  # a live session keeps its stream
+        await sync_to_async(end_session)()
+        await asyncio.wait_for(subscriber.task, 2)  # ends without the client leaving
+
+    asyncio.run(scenario())
+    assert subscriber.status == 200
+
+
+def test_a_stream_whose_channel_was_evicted_gets_reset_and_every_later_event_once(settings):
+    settings.EVENTLOG_MAX_BYTES = 20_000
+    conversation = create_conversation()
+    subscriber = Subscriber(conversation.owner, conversation.id)
+
+    async def action():
+        await publish_tokens(conversation.id, ["a", "b"])()
+        for number in range(30):  # other conversations fill the log
+            publish_on_loop(f"other-{number}", "token", {"text": "x" * 1000})
+        await asyncio.sleep(0.05)
+        publish_on_loop(conversation.id, "token", {"message_id": "m", "seq": 2, "text": "c"})
+        await asyncio.sleep(0.05)
+        publish_on_loop(conversation.id, "token", {"message_id": "m", "seq": 3, "text": "d"})
+
+    asyncio.run(subscriber.run_while(action))
+    seen = [(e.event, e.json.get("text")) for e in subscriber.events()]
+    assert seen == [("token", "a"), ("token", "b"), ("stream-reset", None), ("token", "d")]

@@ -15,8 +15,8 @@ run: $(STAMP)
 	@PY=$(PY) bash scripts/run.sh
 
 test: $(STAMP)
-	@bash scripts/ensure-chromium.sh
-	@bash scripts/ensure-node.sh
+	@bash scripts/ensure-debian-package.sh chromium chromium "the browser tests"
+	@bash scripts/ensure-debian-package.sh node nodejs "the page's unit tests (tests/js)"
 	@if command -v node >/dev/null 2>&1; then echo "node --test tests/js/"; node --test tests/js/; fi
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.relay import rounds
+from bench.relay.rounds import idle_streams, reconnect_storm, run_round, send_burst
 from bench.relay.clients import new_http, sign_in
 from bench.relay.stats import ProcessStats
 from tests.support.processes import InferenceServer, SiteServer
@@ -49,17 +49,17 @@ async def measure(args, sites: list[SiteServer], inference: InferenceServer) -> 
     out = {"rows": []}
     for streams in args.streams:
         texts = [" ".join(f"s{s}w{i}" for i in range(args.tokens)) for s in range(streams)]
-        out["rows"].append(await rounds.run_round("direct", streams, texts, [direct], None, args.ramp))
-        out["rows"].append(await rounds.run_round("site", streams, texts, clients, stats, args.ramp,
+        out["rows"].append(await run_round("direct", streams, texts, [direct], None, args.ramp))
+        out["rows"].append(await run_round("site", streams, texts, clients, stats, args.ramp,
                                                   cold=args.cold))
     if args.sends:
-        out["sends"] = await rounds.send_burst(clients, args.sends, stats)
+        out["sends"] = await send_burst(clients, args.sends, stats)
     if args.reconnect:
-        out["reconnect"] = await rounds.reconnect_storm(
+        out["reconnect"] = await reconnect_storm(
             clients, args.reconnect, replying=max(1, args.reconnect // 10), tokens=args.tokens,
             window=1.0)
     if args.idle:
-        out["idle"] = await rounds.idle_streams(clients, args.idle, stats)
+        out["idle"] = await idle_streams(clients, args.idle, stats)
     for client in [*clients, direct]:
         await client.aclose()
     return out

@@ -6,11 +6,14 @@
 - A listen backlog of 2048 (daphne's default is Twisted's 50): a burst of new pages (a
   reconnect storm after a restart) otherwise finds its connections refused before the
   process even sees them.
+- The open-file limit raised to what the system allows (up to 65,536): every open event
+  stream is an open file, and the site admits streams up to half of this limit.
 
 Arguments are daphne's; `--port`/`--bind` become an endpoint with that backlog.
 """
 
 import os
+import resource
 import sys
 
 BACKLOG = int(os.environ.get("TOKENSTREAM_LISTEN_BACKLOG", "2048"))
@@ -29,6 +32,13 @@ def use_uvloop() -> bool:
     return True
 
 
+def raise_open_file_limit(ceiling: int = 65536) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def daphne_args(host: str, port: int) -> list[str]:
     interface = host.replace(":", r"\:")
     return ["-e", f"tcp:port={port}:interface={interface}:backlog={BACKLOG}", APPLICATION]
@@ -36,6 +46,7 @@ def daphne_args(host: str, port: int) -> list[str]:
 
 def main(argv: list[str]) -> None:
     use_uvloop()
+    raise_open_file_limit()
     from daphne.cli import CommandLineInterface
 
     host = os.environ.get("SITE_HOST", "127.0.0.1")

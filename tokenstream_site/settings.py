@@ -177,6 +177,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+# Share links (/s/<token>/) are readable by signed-in users; 1: by anyone with the link.
+SHARE_PUBLIC = env_bool("TOKENSTREAM_SHARE_PUBLIC", False)
 LOGIN_MAX_FAILURES = env_int("LOGIN_MAX_FAILURES", 5)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
 INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient")

@@ -37,11 +37,12 @@ def staff(reviewer):
 
 @pytest.fixture
 def chat(make_user, make_conversation, make_message):
-    """Someone's conversation: a question, a replaced reply, its regenerated reply."""
+    """Someone's conversation: a question, a reply, and its regenerated reply (a sibling on
+    the active path)."""
     owner = make_user("alice")
     conversation = make_conversation(owner, title="Travel plans")
     question = make_message(conversation, "Which animal has stripes, a zebra?")
-    old = make_message(conversation, "Perhaps a tiger.", role="assistant", superseded=True,
+    old = make_message(conversation, "Perhaps a tiger.", role="assistant",
                        reply_to=question, model="smol", status="complete", finish_reason="stop")
     new = make_message(conversation, "Yes, the zebra has stripes.", role="assistant",
                        reply_to=question, model="smol", status="complete", finish_reason="stop",
@@ -130,7 +131,7 @@ def test_staff_without_the_view_conversation_permission_cannot_read_transcripts(
 @pytest.mark.parametrize("who", ["reviewer", "superuser"])
 def test_staff_cannot_change_message_text_through_the_admin(who, staff, admin_client, chat):
     client = staff if who == "reviewer" else admin_client
-    message = chat.messages.get(superseded=False, role="assistant")
+    message = chat.messages.get(content="Yes, the zebra has stripes.")
     url = reverse("admin:chat_message_change", args=[message.pk])
 
     assert client.get(url).status_code == 200  # readable
@@ -176,10 +177,11 @@ def test_transcript_escapes_message_text(staff, make_conversation, make_message)
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
 
 
-def test_transcript_marks_replaced_messages(staff, chat):
+def test_transcript_marks_messages_off_the_active_path(staff, chat):
     page = staff.get(transcript_url(chat)).content.decode()
-    old_id = chat.messages.get(superseded=True).pk
-    assert f'class="msg assistant replaced" id="msg-{old_id}"' in page
+    old_id = chat.messages.get(content="Perhaps a tiger.").pk
+    assert f'class="msg assistant alternative" id="msg-{old_id}"' in page
+    assert "Branch 2: another version of the reply #2" in page
 
 
 def test_transcript_json_gives_a_streaming_reply_its_text_so_far(
@@ -215,11 +217,12 @@ def test_markdown_export_contains_every_message_in_order(
     assert response["Content-Type"].startswith("text/markdown")
     assert response["Content-Disposition"].startswith("attachment;")
     text = response.content.decode()
-    expected = ["# Travel plans", "Which animal has stripes, a zebra?", "Perhaps a tiger.",
-                "Yes, the zebra has stripes.", "# Second", "Another question"]
+    expected = ["# Travel plans", "## Active path", "Which animal has stripes, a zebra?",
+                "Yes, the zebra has stripes.", "## Branch 2: another version of the reply #2",
+                "Perhaps a tiger.", "# Second", "Another question"]
     positions = [text.index(part) for part in expected]
     assert positions == sorted(positions)
-    assert "TTFT 120 ms" in text and "replaced" in text
+    assert "TTFT 120 ms" in text
 
 
 def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
@@ -231,10 +234,12 @@ def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
     assert conversation["owner"] == "alice" and conversation["title"] == "Travel plans"
     messages = conversation["messages"]
     assert [m["content"] for m in messages] == [
-        "Which animal has stripes, a zebra?", "Perhaps a tiger.", "Yes, the zebra has stripes."
+        "Which animal has stripes, a zebra?", "Yes, the zebra has stripes.", "Perhaps a tiger."
     ]
-    assert [m["superseded"] for m in messages] == [False, True, False]
-    last = messages[-1]
+    assert [m["active"] for m in messages] == [True, True, False]
+    assert [m["branch"] for m in messages] == [1, 1, 2]
+    assert messages[1]["parent_id"] == messages[2]["parent_id"] == messages[0]["id"]
+    last = messages[1]
     assert (last["role"], last["ttft_ms"], last["tokens_per_second"], last["finish_reason"]) == (
         "assistant", 120, 10.0, "stop"
     )

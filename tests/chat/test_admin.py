@@ -243,3 +243,57 @@ def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
     assert (last["role"], last["ttft_ms"], last["tokens_per_second"], last["finish_reason"]) == (
         "assistant", 120, 10.0, "stop"
     )
+
+
+def test_staff_filter_conversations_by_feedback_and_read_it_in_transcript_and_exports(
+    staff, chat, make_conversation, make_message
+):
+    from chat.models import Feedback
+
+    quiet = make_conversation(title="No feedback")
+    make_message(quiet, "hi")
+    rated = chat.messages.get(content="Yes, the zebra has stripes.")
+    Feedback.objects.create(message=rated, rating="down", comment="Zebras are <i>striped</i>, fine")
+
+    assert listed(staff.get(CHANGELIST, {"feedback": "down"})) == [chat]
+    assert listed(staff.get(CHANGELIST, {"feedback": "up"})) == []
+    assert listed(staff.get(CHANGELIST, {"feedback": "comment"})) == [chat]
+    assert listed(staff.get(CHANGELIST, {"feedback": "none"})) == [quiet]
+    page = staff.get(transcript_url(chat)).content.decode()
+    assert "👎 down" in page and "Zebras are &lt;i&gt;striped&lt;/i&gt;, fine" in page
+    markdown = export(staff, "export_markdown", [chat]).content.decode()
+    assert "**Feedback:** 👎 down: Zebras are <i>striped</i>, fine" in markdown
+    exported = json.loads(export(staff, "export_json", [chat]).content)["conversations"][0]
+    assert exported["messages"][1]["feedback"]["rating"] == "down"
+
+
+def test_a_superuser_creates_a_preset_and_replies_keep_what_they_were_asked_with(admin_client):
+    from chat.models import Preset
+
+    response = admin_client.post(reverse("admin:chat_preset_add"), {
+        "name": "Reviewer", "description": "Reviews code", "system_prompt": "Review the code.",
+        "temperature": "0.2", "top_p": "", "max_tokens": "300", "is_active": "on",
+    })
+    assert response.status_code == 302, response.content[:2000]
+    preset = Preset.objects.get(name="Reviewer")
+    assert (preset.temperature, preset.max_tokens, preset.is_active) == (0.2, 300, True)
+    bad = admin_client.post(reverse("admin:chat_preset_add"), {"name": "Hot", "temperature": "7"})
+    assert bad.status_code == 200 and not Preset.objects.filter(name="Hot").exists()
+
+
+def test_the_transcript_shows_the_whole_tree_active_path_first(staff, make_conversation, make_message):
+    conversation = make_conversation(title="Branches")
+    q1 = make_message(conversation, "first question")
+    a1 = make_message(conversation, "first answer", role="assistant", reply_to=q1)
+    q2 = make_message(conversation, "second question")
+    make_message(conversation, "second answer", role="assistant", reply_to=q2)
+    edited = make_message(conversation, "rewritten opener", parent=None)
+    make_message(conversation, "answer to the edit", role="assistant", reply_to=edited)
+    _space_out(list(conversation.messages.order_by("created_at")))
+    page = staff.get(transcript_url(conversation)).content.decode()
+    order = ["Active path", "rewritten opener", "answer to the edit",
+             "Branch 2: another version of the question #1", "first question", "first answer",
+             "second question", "second answer"]
+    positions = [page.index(part) for part in order]
+    assert positions == sorted(positions)
+    assert a1.pk and page.count("other branch</span>") == 4

@@ -146,7 +146,10 @@ export function assistantView(reply, { onRegenerate, onRender, onSwitch, onRate 
         n.retry.hidden = m.retryable === false;
         n.retry.disabled = view.busy;
       }
-      n.foot.hidden = streaming;
+      // While a reply streams only its versions show: the user may switch away (the reply
+      // goes on streaming off the page).
+      n.foot.hidden = streaming && !(m.siblings?.length > 1);
+      n.actions.hidden = streaming;
       n.meta.textContent = streaming ? "" : formatMeta(m);
       n.copy.hidden = !text;
       n.regen.hidden = problem;

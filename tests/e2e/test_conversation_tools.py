@@ -39,6 +39,11 @@ def bubbles(page) -> list[str]:
     return page.locator(".msg-user .bubble").all_inner_texts()
 
 
+def wait_replies(page, count: int) -> None:
+    """A sent message's reply is on the page (before it, the last reply is the previous one)."""
+    page.wait_for_function("n => document.querySelectorAll('.msg-assistant').length === n", arg=count)
+
+
 def first_nav(page):
     return page.locator(".msg-user").first.locator(".branch-nav")
 
@@ -97,6 +102,7 @@ def test_switching_away_while_a_reply_streams_loses_nothing(open_page, live_site
     # A long question, answered; then regenerate its reply and flip back and forth.
     text = words(250, "r")
     send(page, text)
+    wait_replies(page, 2)
     wait_reply_status(page, "complete", timeout=30000)
     page.locator(".msg-assistant .action.regenerate").last.click()
     nav = page.locator(".msg-assistant").last.locator(".branch-nav")
@@ -107,16 +113,20 @@ def test_switching_away_while_a_reply_streams_loses_nothing(open_page, live_site
     page.wait_for_function(
         "() => { const n = [...document.querySelectorAll('.msg-assistant .branch-count')].pop();"
         " return n && n.textContent === '1/2' }")
+    assert page.locator("#stop").is_visible()  # still being written, off the page
     time.sleep(2)
     page.locator(".msg-assistant").last.locator(".branch-nav .next").click()
+    page.wait_for_selector(".msg-assistant .branch-count:text('2/2')")
     wait_reply_status(page, "complete", timeout=30000)
     assert norm(reply_text(page)) == text
     # Regenerate, Stop with Esc on the new branch: the stop works wherever the reply is.
     page.locator(".msg-assistant .action.regenerate").last.click()
+    page.wait_for_selector(".msg-assistant .branch-count:text('3/3')")
     wait_reply_words(page, 5)
     page.locator("#prompt").focus()
     page.keyboard.press("Escape")
     wait_reply_status(page, "cancelled", timeout=10000)
+    assert client.api("GET", f"/api/conversations/{conv['id']}/").json()["messages"][-1]["status"] == "cancelled"
 
 
 def create_preset(site: SiteServer, name: str, system_prompt: str, description: str = "") -> None:
@@ -157,13 +167,13 @@ def test_pick_a_preset_and_its_system_prompt_is_used(chat_page, live_site):
     page.wait_for_selector("#settings-status:text('Saved.')")
     page.click("#settings-cancel")
     send(page, "and again")
-    page.wait_for_function("() => document.querySelectorAll('.msg-assistant').length === 2")
+    wait_replies(page, 2)
     wait_reply_status(page, "complete")
     second = client.api("GET", f"/api/conversations/{conv_id}/").json()["messages"][-1]
     assert second["prompt_tokens"] < reply["prompt_tokens"] + 10  # 2 + 3 + 3 + 2, not 8 more
 
 
-def test_rate_a_reply_and_find_it_in_the_admin(chat_page, live_site, open_page):
+def test_rate_a_reply_and_find_it_in_the_admin(chat_page, live_site, open_page, page_errors):
     page, client = chat_page
     send(page, "rate this answer please")
     wait_reply_status(page, "complete")
@@ -189,6 +199,7 @@ def test_rate_a_reply_and_find_it_in_the_admin(chat_page, live_site, open_page):
         "from django.contrib.auth.models import User; "
         f"User.objects.create_superuser({staff!r}, password='a-Long-pass-phrase-9')"))
     admin = open_page(live_site.url)
+    page_errors.allow(r"status of 404")  # the admin asks for a /favicon.ico the site does not have
     admin.goto("/admin/login/")
     admin.fill("#id_username", staff)
     admin.fill("#id_password", "a-Long-pass-phrase-9")
@@ -236,7 +247,7 @@ def test_open_a_share_link_as_another_user_and_as_an_anonymous_visitor(
     url = share_from_page(page, show_owner=True)
     assert re.fullmatch(rf"{re.escape(site.url)}/s/[A-Za-z0-9_-]{{32,}}/", url), url
     send(page, "a later message")
-    page.wait_for_function("() => document.querySelectorAll('.msg-assistant').length === 2")
+    wait_replies(page, 2)
     wait_reply_status(page, "complete")
 
     reader = open_page(site.url, SiteClient(site.url).signup(unique_name("reader")))

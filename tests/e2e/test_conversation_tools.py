@@ -306,3 +306,56 @@ def test_math_shortcuts_and_help(chat_page):
     page.keyboard.press("Control+Shift+O")
     page.wait_for_url(re.compile(r"/$"))
     assert page.locator(".msg").count() == 0 and page.locator("#chat-title").inner_text() == "New chat"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_tools_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, screenshot_dir, scheme):
+    """Screenshots of what this feature adds, desktop and phone, light and dark (looked at by
+    a person); the page never scrolls sideways."""
+    client = make_site_user()
+    preset = unique_name("Tutor")
+    create_preset(live_site, preset, "Explain step by step", "Patient explanations with worked examples.")
+    presets = client.api("GET", "/api/presets/").json()["presets"]
+    conv = client.new_conversation(preset=next(p["id"] for p in presets if p["name"] == preset))
+    first = client.send(conv["id"], "What is the integral of x squared?")
+    client.wait_settled(conv["id"], first["assistant_message"]["id"])
+    edited = client.api("POST", f"/api/messages/{first['user_message']['id']}/edit/", {
+        "content": "Integrate: $$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$ and inline $e^{i\\pi}+1=0$, "
+                   "code `x**2`, and a " + "long" * 40 + " word."}).json()
+    reply = client.wait_settled(conv["id"], edited["assistant_message"]["id"])
+    client.api("PUT", f"/api/messages/{reply['id']}/feedback/",
+               {"rating": "up", "comment": "Clear, and the formula renders nicely."})
+    share = client.api("POST", f"/api/conversations/{conv['id']}/share/", {"show_owner": True}).json()
+    for name, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):
+        client.api("POST", f"/api/conversations/{conv['id']}/switch/",
+                   {"message_id": edited["user_message"]["id"]})
+        page = open_page(live_site.url, client, viewport={"width": width, "height": height},
+                         color_scheme=scheme)
+        open_conversation(page, conv["id"])
+        page.locator(".msg-assistant .katex").first.wait_for()
+        shot = lambda what: page.screenshot(path=str(screenshot_dir / f"tools-{name}-{scheme}-{what}.png"))
+        shot("branches")
+        sideways = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        assert sideways[0] <= sideways[1], sideways
+        page.click("#share-toggle")
+        page.wait_for_selector("#share-dialog[open]")
+        shot("share-dialog")
+        page.keyboard.press("Escape")
+        page.click("#shortcuts-toggle")
+        page.wait_for_selector("#shortcuts-dialog[open]")
+        shot("shortcuts")
+        page.keyboard.press("Escape")
+        page.locator(".msg-user .branch-nav .prev").first.click()
+        page.wait_for_selector(".msg-user .branch-count:text('1/2')")
+        page.click("#settings-toggle")
+        shot("settings-preset")
+        page.goto("/")
+        page.wait_for_selector("html[data-ready='1']")
+        page.locator(".preset-card", has_text=preset).wait_for()
+        shot("new-chat-presets")
+        page.goto(share["url"])
+        page.wait_for_selector("html[data-ready='1']")
+        page.locator(".katex").first.wait_for()
+        shot("shared")
+        sideways = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        assert sideways[0] <= sideways[1], sideways

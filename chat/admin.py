@@ -9,7 +9,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from chat import exports, selectors
-from chat.models import Conversation, Message
+from chat.models import Conversation, Message, Preset
 from chat.permissions import can_review
 
 
@@ -41,6 +41,22 @@ class ModelFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value():
             return selectors.conversations_with_reply_model(queryset, model=self.value())
+        return queryset
+
+
+class FeedbackFilter(admin.SimpleListFilter):
+    """Conversations by what users said of their replies."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request, model_admin):
+        return [("up", "👍 a reply rated up"), ("down", "👎 a reply rated down"),
+                ("comment", "a comment"), ("none", "no feedback")]
+
+    def queryset(self, request, queryset):
+        if self.value() in {"up", "down", "comment", "none"}:
+            return selectors.conversations_with_feedback(queryset, kind=self.value())
         return queryset
 
 
@@ -76,16 +92,18 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
     )
     list_filter = (
         StatusFilter,
+        FeedbackFilter,
         ModelFilter,
         ("updated_at", admin.DateFieldListFilter),
         ("owner", admin.RelatedOnlyFieldListFilter),
     )
     search_fields = ("owner__username", "title", "messages__content")
-    list_select_related = ("owner",)
+    list_select_related = ("owner", "preset")
     fields = (
         "id",
         "owner",
         "title",
+        "preset",
         "model",
         "system_prompt",
         "temperature",
@@ -149,7 +167,9 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
             "opts": self.opts,
             "title": f"Transcript: {conversation}",
             "conversation": conversation,
-            "transcript": selectors.conversation_transcript(conversation=conversation),
+            "sections": exports.transcript_sections(
+                selectors.conversation_transcript(conversation=conversation)
+            ),
             "poll_url": reverse(
                 "admin:chat_conversation_transcript_json", args=[conversation.pk]
             ),
@@ -177,7 +197,7 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
 @admin.register(Message)
 class MessageAdmin(ReviewOnly, admin.ModelAdmin):
     list_display = ("short_content", "role", "status", "conversation", "model", "created_at")
-    list_filter = ("role", "status", "superseded", "model", "created_at")
+    list_filter = ("role", "status", "model", "created_at")
     search_fields = ("content", "conversation__title", "conversation__owner__username")
     list_select_related = ("conversation",)
 
@@ -204,3 +224,16 @@ class MessageAdmin(ReviewOnly, admin.ModelAdmin):
     def short_content(self, message):
         text = " ".join(message.content.split())
         return text[:80] + ("…" if len(text) > 80 else "")
+
+
+@admin.register(Preset)
+class PresetAdmin(admin.ModelAdmin):
+    """Staff with the preset permissions prepare assistants here. Replies keep a copy of
+    what they were asked with, so editing a preset never rewrites the past."""
+
+    list_display = ("name", "description", "is_active", "temperature", "top_p", "max_tokens",
+                    "updated_at")
+    list_filter = ("is_active",)
+    search_fields = ("name", "description", "system_prompt")
+    fields = ("name", "description", "system_prompt", "temperature", "top_p", "max_tokens",
+              "is_active")

@@ -11,16 +11,25 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_http_methods
 
-from chat import selectors, services
-from chat.models import Conversation, Message
-from chat.presenters import conversation_json, conversation_page_json, message_json
+from chat import selectors, services, shares
+from chat.models import Conversation, Message, Preset
+from chat.presenters import (
+    conversation_detail_json,
+    conversation_json,
+    message_json,
+    preset_json,
+    share_json,
+)
 from chat.inference_client import get_client
 from chat.validation import (
     InvalidInput,
     conversation_fields,
+    feedback_fields,
     message_content,
     page_params,
     parse_json_object,
+    share_fields,
+    switch_target,
 )
 
 logger = logging.getLogger(__name__)
@@ -68,24 +77,45 @@ def body_of(request) -> dict:
     return parse_json_object(request.body)
 
 
+def message_out(message: Message) -> dict:
+    return message_json(message, selectors.message_siblings(message=message))
+
+
 def accepted(sent: services.SentMessage) -> JsonResponse:
     return JsonResponse(
         {
-            "user_message": message_json(sent.user_message),
-            "assistant_message": message_json(sent.assistant_message),
+            "user_message": message_out(sent.user_message),
+            "assistant_message": message_out(sent.assistant_message),
         },
         status=202,
     )
 
 
+def detail_response(conversation: Conversation, **page) -> JsonResponse:
+    """page: `limit` and `before` of the path's page (default: the whole path)."""
+    detail = selectors.conversation_detail(conversation=conversation, **page)
+    return JsonResponse(conversation_detail_json(detail))
+
+
+def with_preset(fields: dict) -> dict:
+    """The checked fields with `preset` looked up: an id must name an active preset."""
+    if fields.get("preset") is not None:
+        try:
+            fields["preset"] = selectors.preset_get_active(preset_id=fields["preset"])
+        except Preset.DoesNotExist:
+            raise InvalidInput("`preset` is not one of the presets on offer.") from None
+    return fields
+
+
 @api_view("GET", "POST")
 def conversations(request):
     if request.method == "POST":
-        fields = conversation_fields(body_of(request), partial=False)
+        fields = with_preset(conversation_fields(body_of(request), partial=False))
         conversation = services.conversation_create(
             owner=request.user,
             title=fields.pop("title", ""),
             system_prompt=fields.pop("system_prompt", ""),
+            preset=fields.pop("preset", None),
             settings_=fields,
         )
         return JsonResponse(conversation_json(conversation), status=201)
@@ -101,11 +131,10 @@ def conversation_detail(request, conversation_id: uuid.UUID):
         services.conversation_delete(conversation=conversation)
         return HttpResponse(status=204)
     if request.method == "PATCH":
-        fields = conversation_fields(body_of(request), partial=True)
+        fields = with_preset(conversation_fields(body_of(request), partial=True))
         conversation = services.conversation_update(conversation=conversation, fields=fields)
     before, limit = page_params(request.GET)
-    page = selectors.conversation_page(conversation=conversation, limit=limit, before=before)
-    return JsonResponse(conversation_page_json(conversation, page))
+    return detail_response(conversation, limit=limit, before=before)
 
 
 @api_view("POST")
@@ -115,9 +144,28 @@ def conversation_messages(request, conversation_id: uuid.UUID):
     return accepted(services.message_send(conversation=conversation, content=content))
 
 
+@api_view("POST")
+def conversation_switch(request, conversation_id: uuid.UUID):
+    message_id = switch_target(body_of(request))
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    message = selectors.conversation_message(conversation=conversation, message_id=message_id)
+    return detail_response(services.conversation_switch(conversation=conversation, message=message))
+
+
+@api_view("POST", "DELETE")
+def conversation_share(request, conversation_id: uuid.UUID):
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    if request.method == "DELETE":
+        shares.share_revoke(conversation=conversation)
+        return HttpResponse(status=204)
+    show_owner = share_fields(body_of(request))
+    link, created = shares.share_create(conversation=conversation, show_owner=show_owner)
+    return JsonResponse(share_json(link), status=201 if created else 200)
+
+
 @api_view("GET")
 def message_detail(request, message_id: uuid.UUID):
-    return JsonResponse(message_json(selectors.message_get(user=request.user, message_id=message_id)))
+    return JsonResponse(message_out(selectors.message_get(user=request.user, message_id=message_id)))
 
 
 @api_view("POST")
@@ -131,7 +179,7 @@ def message_stop(request, message_id: uuid.UUID):
 def message_regenerate(request, message_id: uuid.UUID):
     message = selectors.message_get(user=request.user, message_id=message_id)
     reply = services.reply_regenerate(reply=message)
-    return JsonResponse({"assistant_message": message_json(reply)}, status=202)
+    return JsonResponse({"assistant_message": message_out(reply)}, status=202)
 
 
 @api_view("POST")
@@ -139,6 +187,19 @@ def message_edit(request, message_id: uuid.UUID):
     content = message_content(body_of(request))
     message = selectors.message_get(user=request.user, message_id=message_id)
     return accepted(services.message_edit(message=message, content=content))
+
+
+@api_view("PUT")
+def message_feedback(request, message_id: uuid.UUID):
+    rating, comment = feedback_fields(body_of(request))
+    message = selectors.message_get(user=request.user, message_id=message_id)
+    services.feedback_set(reply=message, rating=rating, comment=comment)
+    return JsonResponse(message_out(selectors.message_get(user=request.user, message_id=message_id)))
+
+
+@api_view("GET")
+def presets(request):
+    return JsonResponse({"presets": [preset_json(p) for p in selectors.presets_active()]})
 
 
 @api_view("GET")

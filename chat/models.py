@@ -1,9 +1,39 @@
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from chat.rates import decode_rate
+
+
+class Preset(models.Model):
+    """A prepared assistant staff offer when a chat starts: a system prompt and sampling
+    settings. A conversation's own settings win over its preset's."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+    system_prompt = models.TextField(blank=True)
+    temperature = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(2)]
+    )
+    top_p = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)]
+    )
+    max_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    is_active = models.BooleanField(
+        default=True, help_text="Only active presets are offered for new chats."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Conversation(models.Model):
@@ -13,6 +43,13 @@ class Conversation(models.Model):
     )
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
+    preset = models.ForeignKey(
+        Preset, null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
+    )
+    # The last message of the path the user sees; the path is its chain of parents.
+    active_leaf = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     model = models.CharField(max_length=200, blank=True, help_text="Blank: the server's default.")
     temperature = models.FloatField(null=True, blank=True)
     top_p = models.FloatField(null=True, blank=True)
@@ -48,6 +85,12 @@ class Message(models.Model):
     content = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     finish_reason = models.CharField(max_length=16, blank=True)
+    # The message this one follows in the tree (null for a first message). Siblings share
+    # a parent: an edited question beside the old one, a regenerated reply beside the old.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    # For a reply: the question it answers (its parent, kept for the API's `reply_to`).
     reply_to = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="replies"
     )
@@ -55,9 +98,10 @@ class Message(models.Model):
     # The seq the next token event of this reply will carry: the saved content holds
     # exactly the token events 0..next_seq-1, which lets the page resume without duplicates.
     next_seq = models.PositiveIntegerField(default=0)
-    # Replaced by a regenerated reply or an edited question: hidden from the chat and the
-    # prompt, kept for the transcript.
-    superseded = models.BooleanField(default=False)
+    # For a reply: the preset, system prompt and sampling it was asked with, copied when
+    # it was created, so that editing a preset or the conversation later does not rewrite
+    # the record (and the relay asks exactly what is recorded).
+    generation = models.JSONField(default=dict, blank=True)
     # Set by Stop, for a relay that subscribes to its stop signal only after Stop was sent.
     stop_requested = models.BooleanField(default=False)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -103,3 +147,42 @@ class UsageEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["user", "action", "created_at"], name="usage_user_recent")]
+
+
+class Feedback(models.Model):
+    """A user's rating of one reply, with an optional comment; changeable, one per reply."""
+
+    class Rating(models.TextChoices):
+        UP = "up"
+        DOWN = "down"
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="feedback")
+    rating = models.CharField(max_length=8, choices=Rating.choices, blank=True)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "feedback"
+
+    def __str__(self) -> str:
+        return f"{self.rating or 'comment'} on {self.message_id}"
+
+
+class ShareLink(models.Model):
+    """A read-only link to a snapshot of a conversation's path: the messages up to `leaf`,
+    as they were when shared. Revoked links stay (revoked_at set) so a token never comes
+    back to life."""
+
+    token = models.CharField(max_length=64, unique=True)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="share_links"
+    )
+    leaf = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="+")
+    show_owner = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"share of {self.conversation_id}"

@@ -20,15 +20,17 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from chat.models import Conversation, Message, UsageEvent
+from chat.models import Conversation, Feedback, Message, Preset, ShareLink, UsageEvent
 from chat.permissions import can_review
+from chat.tree import Node, Tree
 
 
 def conversation_list(*, user, query: str = "") -> QuerySet[Conversation]:
-    conversations = Conversation.objects.filter(owner=user)
+    conversations = Conversation.objects.filter(owner=user).select_related("preset")
     if query:
+        # Every branch counts: each can be brought back with its ‹ › arrows.
         matching_messages = Message.objects.filter(
-            conversation=OuterRef("pk"), content__icontains=query, superseded=False
+            conversation=OuterRef("pk"), content__icontains=query
         )
         conversations = conversations.filter(
             Q(title__icontains=query) | Exists(matching_messages)
@@ -38,7 +40,7 @@ def conversation_list(*, user, query: str = "") -> QuerySet[Conversation]:
 
 def conversation_get(*, user, conversation_id: uuid.UUID) -> Conversation:
     """The user's own conversation; raises Conversation.DoesNotExist for anyone else's."""
-    return Conversation.objects.get(pk=conversation_id, owner=user)
+    return Conversation.objects.select_related("preset").get(pk=conversation_id, owner=user)
 
 
 def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
@@ -50,8 +52,82 @@ def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
     return conversations.exists()
 
 
-def conversation_messages(*, conversation: Conversation) -> QuerySet[Message]:
-    return conversation.messages.filter(superseded=False).order_by("created_at")
+@dataclass(frozen=True)
+class ConversationPath:
+    """The messages the user sees, in order, and each one's siblings (ids, oldest first).
+    A long path comes a page at a time: `has_earlier` says messages precede the page."""
+
+    messages: list
+    siblings: dict
+    has_earlier: bool = False
+
+
+def conversation_tree(*, conversation: Conversation) -> Tree:
+    rows = conversation.messages.values_list("id", "parent_id", "created_at")
+    return Tree.build(Node(*row) for row in rows)
+
+
+def messages_by_id(ids) -> list[Message]:
+    found = Message.objects.select_related("feedback").in_bulk(ids)
+    return [found[i] for i in ids if i in found]
+
+
+def conversation_path(
+    *, conversation: Conversation, limit: int | None = None, before: uuid.UUID | None = None
+) -> ConversationPath:
+    """The active path (one query for the tree's shape, one for the messages shown): its
+    newest `limit` messages, or those just before message `before` on the path
+    (Message.DoesNotExist for a message not on it)."""
+    tree = conversation_tree(conversation=conversation)
+    ids = tree.active_path(conversation.active_leaf_id)
+    if before is not None:
+        if before not in ids:
+            raise Message.DoesNotExist("That message is not on the conversation's path.")
+        ids = ids[: ids.index(before)]
+    has_earlier = limit is not None and len(ids) > limit
+    if has_earlier:
+        ids = ids[-limit:]
+    return ConversationPath(
+        messages=messages_by_id(ids),
+        siblings={i: tree.siblings(i) for i in ids},
+        has_earlier=has_earlier,
+    )
+
+
+@dataclass(frozen=True)
+class ConversationDetail:
+    conversation: Conversation
+    path: ConversationPath
+    share: ShareLink | None
+    streaming_reply: Message | None  # at most one per conversation (409 otherwise)
+
+
+def conversation_detail(
+    *, conversation: Conversation, limit: int | None = None, before: uuid.UUID | None = None
+) -> ConversationDetail:
+    return ConversationDetail(
+        conversation=conversation,
+        path=conversation_path(conversation=conversation, limit=limit, before=before),
+        share=share_link_current(conversation=conversation),
+        streaming_reply=conversation_streaming_reply(conversation=conversation),
+    )
+
+
+def message_siblings(*, message: Message) -> list:
+    return list(
+        Message.objects.filter(conversation_id=message.conversation_id, parent_id=message.parent_id)
+        .order_by("created_at", "id")
+        .values_list("id", flat=True)
+    )
+
+
+def conversation_message(*, conversation: Conversation, message_id) -> Message:
+    """A message of this conversation; Message.DoesNotExist for any other id."""
+    return conversation.messages.get(pk=message_id)
+
+
+def conversation_streaming_reply(*, conversation: Conversation) -> Message | None:
+    return conversation.messages.filter(status=Message.Status.STREAMING).first()
 
 
 def conversation_is_streaming(*, conversation: Conversation) -> bool:
@@ -59,7 +135,7 @@ def conversation_is_streaming(*, conversation: Conversation) -> bool:
 
 
 def message_get(*, user, message_id: uuid.UUID) -> Message:
-    return Message.objects.select_related("conversation").get(
+    return Message.objects.select_related("conversation", "feedback").get(
         pk=message_id, conversation__owner=user
     )
 
@@ -74,64 +150,79 @@ def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:
     return UsageEvent.objects.filter(user_id=user_id, action=action, created_at__gte=since).count()
 
 
-NEWEST_FIRST = ("-created_at", "-id")
+def prompt_history_newest_first(*, reply: Message, page: int = 32) -> Iterator[Message]:
+    """What a reply answers: the messages on its own path, from its question back to the
+    first, wherever the user's active path is now. Newest first and read a page at a time
+    (the tree's shape is one light query): the caller stops once the model's context is
+    full, so a long conversation is not read whole for every reply."""
+    tree = conversation_tree(conversation=reply.conversation)
+    ids = tree.path_to(reply.id)[:-1] if reply.id in tree else []
+    ids.reverse()
+    for start in range(0, len(ids), page):
+        yield from messages_by_id(ids[start : start + page])
 
 
-def _before(messages: QuerySet[Message], anchor: Message) -> QuerySet[Message]:
-    """The messages older than `anchor` in NEWEST_FIRST's order (ties broken by id)."""
-    return messages.filter(
-        Q(created_at__lt=anchor.created_at) | Q(created_at=anchor.created_at, id__lt=anchor.id)
+def feedback_for(*, message: Message) -> Feedback | None:
+    return Feedback.objects.filter(message=message).first()
+
+
+def presets_active() -> QuerySet[Preset]:
+    return Preset.objects.filter(is_active=True).order_by("name")
+
+
+def preset_get_active(*, preset_id: int) -> Preset:
+    """An active preset; Preset.DoesNotExist for an inactive or unknown id."""
+    return Preset.objects.get(pk=preset_id, is_active=True)
+
+
+def share_link_current(*, conversation: Conversation) -> ShareLink | None:
+    return conversation.share_links.filter(revoked_at__isnull=True).order_by("-created_at").first()
+
+
+def share_link_by_token(*, token: str) -> ShareLink:
+    """A live link; ShareLink.DoesNotExist for a revoked or unknown token."""
+    return ShareLink.objects.select_related("conversation__owner", "leaf").get(
+        token=token, revoked_at__isnull=True
     )
 
 
-def prompt_history_newest_first(*, reply: Message, page: int = 32) -> Iterator[Message]:
-    """The visible messages a reply answers (up to and including its question), newest
-    first and read a page at a time: the caller stops once the model's context is full,
-    so a long conversation is not read whole for every reply."""
-    question = reply.reply_to
-    messages = reply.conversation.messages.filter(superseded=False).exclude(pk=reply.pk)
-    if question is not None:
-        messages = messages.filter(created_at__lte=question.created_at)
-    messages = messages.order_by(*NEWEST_FIRST)
-    batch = list(messages[:page])
-    while batch:
-        yield from batch
-        if len(batch) < page:
-            return
-        batch = list(_before(messages, batch[-1])[:page])
-
-
-@dataclass(frozen=True)
-class MessagePage:
-    messages: list[Message]  # oldest first, as the chat shows them
-    has_earlier: bool
-
-
-def conversation_page(
-    *, conversation: Conversation, limit: int, before: uuid.UUID | None = None
-) -> MessagePage:
-    """The newest `limit` visible messages, or those just older than message `before`
-    (any message of the conversation; Message.DoesNotExist for one of another)."""
-    visible = conversation.messages.filter(superseded=False)
-    if before is not None:
-        visible = _before(visible, conversation.messages.get(pk=before))
-    newest = list(visible.order_by(*NEWEST_FIRST)[: limit + 1])
-    return MessagePage(messages=newest[:limit][::-1], has_earlier=len(newest) > limit)
+def share_link_messages(*, link: ShareLink) -> list[Message]:
+    """The snapshot: the path down to the link's leaf, nothing after it."""
+    tree = conversation_tree(conversation=link.conversation)
+    return messages_by_id(tree.path_to(link.leaf_id) if link.leaf_id in tree else [])
 
 
 # --- staff review and housekeeping ---------------------------------------------------
 
 
-def conversation_transcript(*, conversation: Conversation) -> QuerySet[Message]:
-    """Every message, replaced ones included: a review must see what was regenerated."""
-    return conversation.messages.order_by("created_at", "id")
+@dataclass(frozen=True)
+class Transcript:
+    """Every message of a conversation, as branches to read: the active path first."""
+
+    branches: list  # chat.tree.Branch, with message ids
+    messages: dict  # id -> Message (feedback loaded)
+    active: set  # ids on the active path
+    numbers: dict  # id -> its number in reading order, 1-based
+
+
+def conversation_transcript(*, conversation: Conversation) -> Transcript:
+    """Every message, other branches included: a review must see what was regenerated."""
+    tree = conversation_tree(conversation=conversation)
+    branches = tree.branches(conversation.active_leaf_id)
+    ordered = [i for branch in branches for i in branch.messages]
+    return Transcript(
+        branches=branches,
+        messages={m.id: m for m in messages_by_id(ordered)},
+        active=set(branches[0].messages) if branches else set(),
+        numbers={i: n for n, i in enumerate(ordered, 1)},
+    )
 
 
 def conversations_with_summary(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
     """The admin list's figures: message count, last activity, the latest reply's model and
     status (`streaming` while any reply is)."""
     replies = Message.objects.filter(
-        conversation=OuterRef("pk"), role=Message.Role.ASSISTANT, superseded=False
+        conversation=OuterRef("pk"), role=Message.Role.ASSISTANT
     ).order_by("-created_at")
     streaming = Message.objects.filter(
         conversation=OuterRef("pk"), status=Message.Status.STREAMING
@@ -179,3 +270,15 @@ def conversations_inactive_since(*, cutoff: datetime.datetime) -> QuerySet[Conve
         .exclude(Exists(recent))
         .exclude(Exists(streaming))
     )
+
+
+def conversations_with_feedback(
+    conversations: QuerySet[Conversation], *, kind: str
+) -> QuerySet[Conversation]:
+    """kind: "up", "down", "comment" (any comment) or "none" (no feedback at all)."""
+    feedback = Feedback.objects.filter(message__conversation=OuterRef("pk"))
+    if kind == "none":
+        return conversations.exclude(Exists(feedback))
+    if kind == "comment":
+        return conversations.filter(Exists(feedback.exclude(comment="")))
+    return conversations.filter(Exists(feedback.filter(rating=kind)))

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from chat import selectors
 from chat.inference_client import catalog
-from chat.models import Conversation, Message, UsageEvent
+from chat.models import Conversation, Feedback, Message, Preset, UsageEvent
 from chat.relay.manager import relay_manager
+from chat.relay.prompt import generation_for
 
 TITLE_CHARS = 60
 RATE_WINDOW = datetime.timedelta(minutes=1)
@@ -60,7 +61,12 @@ def _check_model(model: str) -> None:
 
 
 def conversation_create(
-    *, owner, title: str = "", system_prompt: str = "", settings_: dict | None = None
+    *,
+    owner,
+    title: str = "",
+    system_prompt: str = "",
+    preset: Preset | None = None,
+    settings_: dict | None = None,
 ) -> Conversation:
     _check_model((settings_ or {}).get("model", ""))
     limit = settings.CHAT_CONVERSATIONS_PER_MINUTE
@@ -74,11 +80,16 @@ def conversation_create(
             "Wait a minute and try again.",
         )
         return Conversation.objects.create(
-            owner=owner, title=title, system_prompt=system_prompt, **(settings_ or {})
+            owner=owner,
+            title=title,
+            system_prompt=system_prompt,
+            preset=preset,
+            **(settings_ or {}),
         )
 
 
 def conversation_update(*, conversation: Conversation, fields: dict) -> Conversation:
+    """fields: the model's own (a preset as a Preset or None)."""
     if fields.get("model", conversation.model) != conversation.model:
         _check_model(fields["model"])
     for name, value in fields.items():
@@ -119,7 +130,11 @@ def _lock_user(user_id) -> None:
 def _lock_for_reply(conversation: Conversation) -> Conversation:
     """The owner first, then the conversation: every writer takes them in this order."""
     _lock_user(conversation.owner_id)
-    return Conversation.objects.select_for_update().get(pk=conversation.pk)
+    # The conversation too, so two requests cannot both pass the streaming check, nor both
+    # move the active leaf.
+    return (
+        Conversation.objects.select_for_update().select_related("preset").get(pk=conversation.pk)
+    )
 
 
 def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
@@ -156,60 +171,76 @@ def _reply_create(*, conversation: Conversation, question: Message) -> Message:
         conversation=conversation,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
+        parent=question,
         reply_to=question,
         model=conversation.model or settings.INFERENCE_MODEL,
+        generation=generation_for(conversation),
     )
     transaction.on_commit(lambda: relay_manager.launch(reply.id))
     return reply
 
 
-def _ask(*, conversation: Conversation, content: str) -> SentMessage:
+def _question_and_reply(*, conversation: Conversation, parent_id, content: str) -> SentMessage:
+    """A question under parent_id (None: a first message) and its streaming reply, which
+    becomes the end of the active path."""
     question = Message.objects.create(
-        conversation=conversation, role=Message.Role.USER, content=content
+        conversation=conversation, role=Message.Role.USER, content=content, parent_id=parent_id
     )
     reply = _reply_create(conversation=conversation, question=question)
+    conversation.active_leaf = reply
     if not conversation.title:
         conversation.title = title_from(content)
-    conversation.save(update_fields=["title", "updated_at"])
+    conversation.save(update_fields=["title", "active_leaf", "updated_at"])
     return SentMessage(user_message=question, assistant_message=reply)
 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:
+    """A new question at the end of the active path, and its reply."""
     with transaction.atomic():
         conversation = _lock_for_reply(conversation)
         _admit_reply(conversation)
-        return _ask(conversation=conversation, content=content)
+        path = selectors.conversation_tree(conversation=conversation).active_path(
+            conversation.active_leaf_id
+        )
+        parent_id = path[-1] if path else None
+        return _question_and_reply(conversation=conversation, parent_id=parent_id, content=content)
 
 
 def reply_regenerate(*, reply: Message) -> Message:
-    if reply.role != Message.Role.ASSISTANT or reply.reply_to_id is None:
+    """Another reply to the same question, beside the old one; the old one stays a sibling."""
+    if reply.role != Message.Role.ASSISTANT or reply.parent_id is None:
         raise ServiceError("Only a reply of the assistant can be regenerated.")
     with transaction.atomic():
         conversation = _lock_for_reply(reply.conversation)
         _admit_reply(conversation)
-        conversation.messages.filter(
-            reply_to_id=reply.reply_to_id, role=Message.Role.ASSISTANT
-        ).update(superseded=True)
-        new_reply = _reply_create(conversation=conversation, question=reply.reply_to)
-        conversation.save(update_fields=["updated_at"])
+        new_reply = _reply_create(conversation=conversation, question=reply.parent)
+        conversation.active_leaf = new_reply
+        conversation.save(update_fields=["active_leaf", "updated_at"])
     return new_reply
 
 
 def message_edit(*, message: Message, content: str) -> SentMessage:
-    """Replace the last question and its replies with a new question, and answer it."""
+    """A new version of any question of the user, beside the old one (same parent), and its
+    reply. The old question and everything after it stay, one sibling away."""
     if message.role != Message.Role.USER:
         raise ServiceError("Only your own messages can be edited.")
     with transaction.atomic():
         conversation = _lock_for_reply(message.conversation)
-        later = selectors.conversation_messages(conversation=conversation).filter(
-            role=Message.Role.USER, created_at__gt=message.created_at
-        )
-        if later.exists():
-            raise ServiceError("Only the last message can be edited.")
         _admit_reply(conversation)
-        conversation.messages.filter(pk=message.pk).update(superseded=True)
-        conversation.messages.filter(reply_to=message).update(superseded=True)
-        return _ask(conversation=conversation, content=content)
+        return _question_and_reply(
+            conversation=conversation, parent_id=message.parent_id, content=content
+        )
+
+
+def conversation_switch(*, conversation: Conversation, message: Message) -> Conversation:
+    """Make the active path run through this message, down to the newest message under it.
+    Allowed while a reply streams: that reply goes on, on its own branch."""
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        tree = selectors.conversation_tree(conversation=conversation)
+        conversation.active_leaf_id = tree.newest_leaf_under(message.pk)
+        conversation.save(update_fields=["active_leaf"])
+    return conversation
 
 
 def reply_stop(*, reply: Message) -> None:
@@ -219,3 +250,16 @@ def reply_stop(*, reply: Message) -> None:
     )
     if stopping:
         relay_manager.request_stop(reply.pk)
+def feedback_set(*, reply: Message, rating: str | None, comment: str) -> Feedback | None:
+    """Set or change the user's rating and comment on a reply; both empty removes it."""
+    if reply.role != Message.Role.ASSISTANT:
+        raise ServiceError("Only a reply of the assistant can be rated.")
+    if reply.status == Message.Status.STREAMING:
+        raise Conflict("This reply is still being written. Rate it once it has finished.")
+    if not rating and not comment.strip():
+        Feedback.objects.filter(message=reply).delete()
+        return None
+    feedback, _ = Feedback.objects.update_or_create(
+        message=reply, defaults={"rating": rating or "", "comment": comment}
+    )
+    return feedback

@@ -18,6 +18,16 @@ urlpatterns = [
         api.conversation_messages,
         name="api-conversation-messages",
     ),
+    path(
+        "api/conversations/<uuid:conversation_id>/switch/",
+        api.conversation_switch,
+        name="api-conversation-switch",
+    ),
+    path(
+        "api/conversations/<uuid:conversation_id>/share/",
+        api.conversation_share,
+        name="api-conversation-share",
+    ),
     path("api/messages/<uuid:message_id>/", api.message_detail, name="api-message"),
     path("api/messages/<uuid:message_id>/stop/", api.message_stop, name="api-message-stop"),
     path(
@@ -26,6 +36,13 @@ urlpatterns = [
         name="api-message-regenerate",
     ),
     path("api/messages/<uuid:message_id>/edit/", api.message_edit, name="api-message-edit"),
+    path(
+        "api/messages/<uuid:message_id>/feedback/",
+        api.message_feedback,
+        name="api-message-feedback",
+    ),
+    path("api/presets/", api.presets, name="api-presets"),
     path("api/models/", api.models, name="api-models"),
+    path("s/<str:token>/", views.share_page, name="share"),
     path("metrics", views.metrics, name="metrics"),
 ]

@@ -59,13 +59,42 @@ def clean_number(value, *, name: str, low: float, high: float, integer: bool = F
     return int(value) if integer else float(value)
 
 
-CONVERSATION_FIELDS = {"title", "system_prompt", "model", "temperature", "top_p", "max_tokens"}
+CONVERSATION_FIELDS = {
+    "title", "system_prompt", "model", "temperature", "top_p", "max_tokens", "preset",
+}
+FEEDBACK_MAX_COMMENT_CHARS = 2000
+
+
+def only_fields(data: dict, allowed: set) -> None:
+    unknown = set(data) - allowed
+    if unknown:
+        raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+
+
+def clean_id(value, *, name: str, required: bool = False) -> int | None:
+    """A database id: a positive whole JSON number (or null when not required)."""
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        allowed = "" if required else " or null"
+        raise InvalidInput(f"`{name}` must be a {name} id (a whole number){allowed}.")
+    return value
+
+
+def clean_uuid(value, *, name: str) -> uuid.UUID:
+    if value is None:
+        raise InvalidInput(f"`{name}` is required.")
+    if not isinstance(value, str):
+        raise InvalidInput(f"`{name}` must be a message id (a string).")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInput(f"`{name}` must be a message id.") from None
 
 
 def conversation_fields(data: dict, *, partial: bool) -> dict:
-    unknown = set(data) - CONVERSATION_FIELDS
-    if unknown:
-        raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    """The checked fields; `preset` stays an id (or None) for the caller to look up."""
+    only_fields(data, CONVERSATION_FIELDS)
     cleaners = {
         "title": lambda v: clean_text(
             v, name="title", max_chars=settings.CHAT_MAX_TITLE_CHARS, required=False
@@ -79,14 +108,13 @@ def conversation_fields(data: dict, *, partial: bool) -> dict:
         "max_tokens": lambda v: clean_number(
             v, name="max_tokens", low=1, high=settings.INFERENCE_CONTEXT_TOKENS, integer=True
         ),
+        "preset": lambda v: clean_id(v, name="preset"),
     }
     return {name: cleaners[name](value) for name, value in data.items()}
 
 
 def message_content(data: dict) -> str:
-    unknown = set(data) - {"content"}
-    if unknown:
-        raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    only_fields(data, {"content"})
     return clean_text(
         data.get("content"),
         name="content",
@@ -114,3 +142,31 @@ def page_params(query) -> tuple[uuid.UUID | None, int]:
         return uuid.UUID(raw_before), limit
     except ValueError:
         raise InvalidInput("`before` must be the id of a message.") from None
+
+
+def switch_target(data: dict) -> uuid.UUID:
+    only_fields(data, {"message_id"})
+    return clean_uuid(data.get("message_id"), name="message_id")
+
+
+def feedback_fields(data: dict) -> tuple[str | None, str]:
+    """(rating, comment): rating "up", "down" or None; the comment trimmed, maybe empty."""
+    only_fields(data, {"rating", "comment"})
+    if "rating" not in data:
+        raise InvalidInput('`rating` is required: "up", "down" or null.')
+    rating = data["rating"]
+    if rating not in ("up", "down", None):
+        raise InvalidInput('`rating` must be "up", "down" or null.')
+    comment = clean_text(
+        data.get("comment"), name="comment", max_chars=FEEDBACK_MAX_COMMENT_CHARS, required=False
+    )
+    return rating, comment.strip()
+
+
+def share_fields(data: dict) -> bool:
+    """show_owner: whether the shared page may show the owner's username (default no)."""
+    only_fields(data, {"show_owner"})
+    show_owner = data.get("show_owner", False)
+    if not isinstance(show_owner, bool):
+        raise InvalidInput("`show_owner` must be true or false.")
+    return show_owner

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.crypto import constant_time_compare
@@ -14,8 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from chat import selectors, throttle
 from chat.client_address import client_address, client_key
-from chat.models import Conversation
-from chat.presenters import conversation_json
+from chat.models import Conversation, ShareLink
+from chat.presenters import conversation_detail_json, message_json
 from chat.relay.metrics import REGISTRY
 
 SIGNUP_WINDOW = 3600
@@ -32,9 +33,39 @@ def conversation_page(request, conversation_id: uuid.UUID):
         conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
-    messages = selectors.conversation_messages(conversation=conversation)
-    initial = conversation_json(conversation, messages)
+    initial = conversation_detail_json(selectors.conversation_detail(conversation=conversation))
     return render(request, "chat/chat.html", {"initial": initial, "conversation": conversation})
+
+
+SHARED_FIELDS = ("id", "role", "content", "status", "model", "created_at")
+
+
+@require_http_methods(["GET", "HEAD"])
+def share_page(request, token: str):
+    """A shared snapshot, read-only. It shows the shared messages and, if the owner agreed,
+    their username: nothing else of the owner (no ids of theirs, no other conversation)."""
+    if not settings.SHARE_PUBLIC and not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    try:
+        link = selectors.share_link_by_token(token=token)
+    except ShareLink.DoesNotExist:
+        raise Http404("No such shared conversation.") from None
+    messages = [
+        {k: v for k, v in message_json(m).items() if k in SHARED_FIELDS}
+        for m in selectors.share_link_messages(link=link)
+    ]
+    context = {
+        "title": link.conversation.title or "Shared conversation",
+        "owner": link.conversation.owner.get_username() if link.show_owner else "",
+        "shared_at": link.updated_at,
+        "shared": {"messages": messages},
+    }
+    response = render(request, "chat/share.html", context)
+    # A revoked link must stop working at once, and the token must not leak onwards.
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    return response
 
 
 @require_http_methods(["GET", "POST"])

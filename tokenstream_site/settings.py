@@ -204,6 +204,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # --- tokenstream ---
 SIGNUP_ENABLED = env_bool("TOKENSTREAM_SIGNUP", True)
+# Share links (/s/<token>/) are readable by signed-in users; 1: by anyone with the link.
+SHARE_PUBLIC = env_bool("TOKENSTREAM_SHARE_PUBLIC", False)
 # Accounts one client address may create per hour.
 SIGNUPS_PER_HOUR = env_int("TOKENSTREAM_SIGNUPS_PER_HOUR", 10)
 # Sign-in guessing (chat/auth.py): free failures per account and address (or device), then

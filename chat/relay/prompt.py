@@ -4,7 +4,7 @@ from django.conf import settings
 
 from chat import selectors
 from chat.inference_client import ChatRequest
-from chat.models import Message
+from chat.models import Conversation, Message
 
 # A cautious guess for English text: real tokenizers average ~4 characters a token.
 CHARS_PER_TOKEN = 3
@@ -15,8 +15,8 @@ def estimate_tokens(text: str) -> int:
     return len(text) // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE
 
 
-def reply_max_tokens(conversation) -> int:
-    wanted = conversation.max_tokens or settings.CHAT_DEFAULT_MAX_TOKENS
+def reply_max_tokens(wanted: int | None) -> int:
+    wanted = wanted or settings.CHAT_DEFAULT_MAX_TOKENS
     return max(1, min(wanted, settings.INFERENCE_CONTEXT_TOKENS // 2))
 
 
@@ -39,8 +39,29 @@ def trim_to_budget(messages: list[dict], budget: int) -> list[dict]:
     return system + kept
 
 
-def _or_default(value: float | None, default: float) -> float:
-    return default if value is None else value  # 0 is a real choice (greedy), not "unset"
+def _first_set(*values):
+    # 0 is a real choice (greedy), not "unset": only None falls through.
+    return next((v for v in values if v is not None), None)
+
+
+def generation_for(conversation: Conversation) -> dict:
+    """What a new reply in this conversation is asked with: the conversation's own settings,
+    else its preset's, else the site's defaults. Saved on the reply as its record."""
+    preset = conversation.preset
+    return {
+        "preset": {"id": preset.pk, "name": preset.name} if preset else None,
+        "system_prompt": conversation.system_prompt or (preset.system_prompt if preset else ""),
+        "temperature": _first_set(
+            conversation.temperature, preset and preset.temperature,
+            settings.CHAT_DEFAULT_TEMPERATURE,
+        ),
+        "top_p": _first_set(
+            conversation.top_p, preset and preset.top_p, settings.CHAT_DEFAULT_TOP_P
+        ),
+        "max_tokens": reply_max_tokens(
+            _first_set(conversation.max_tokens, preset and preset.max_tokens)
+        ),
+    }
 
 
 def _history(reply: Message, budget: int) -> list[dict]:
@@ -60,16 +81,18 @@ def _history(reply: Message, budget: int) -> list[dict]:
 
 def build_request(reply: Message) -> ChatRequest:
     conversation = reply.conversation
+    # A reply made before generation records existed is asked like a new one.
+    generation = {**generation_for(conversation), **(reply.generation or {})}
     messages = []
-    if conversation.system_prompt:
-        messages.append({"role": "system", "content": conversation.system_prompt})
-    max_tokens = reply_max_tokens(conversation)
+    if generation["system_prompt"]:
+        messages.append({"role": "system", "content": generation["system_prompt"]})
+    max_tokens = generation["max_tokens"]
     budget = settings.INFERENCE_CONTEXT_TOKENS - max_tokens
     messages += _history(reply, budget)
     return ChatRequest(
         messages=trim_to_budget(messages, budget),
         model=conversation.model or settings.INFERENCE_MODEL,
         max_tokens=max_tokens,
-        temperature=_or_default(conversation.temperature, settings.CHAT_DEFAULT_TEMPERATURE),
-        top_p=_or_default(conversation.top_p, settings.CHAT_DEFAULT_TOP_P),
+        temperature=generation["temperature"],
+        top_p=generation["top_p"],
     )

@@ -15,7 +15,7 @@ from chat.relay import prompt
 def reply_load(*, message_id: uuid.UUID) -> tuple[Message, ChatRequest]:
     """The reply still streaming and the request that writes it; Message.DoesNotExist
     when it ended before its relay started."""
-    message = Message.objects.select_related("conversation", "reply_to").get(
+    message = Message.objects.select_related("conversation__preset").get(
         pk=message_id, status=Message.Status.STREAMING
     )
     return message, prompt.build_request(message)

@@ -24,6 +24,7 @@ const FALLBACK_MESSAGES = {
   401: "Your session has ended. Reload the page and sign in again.",
   403: "You are not allowed to do that. Reload the page and sign in again.",
   404: "That conversation or message no longer exists.",
+  405: "The server does not accept that request.",
   409: "A reply is still being written. Wait for it to finish or stop it first.",
   413: "That is too large to send.",
   429: "Too many requests. Wait a moment and try again.",
@@ -89,6 +90,23 @@ export const regenerateReply = (messageId) => request("POST", `/api/messages/${m
 
 export const editMessage = (messageId, content) =>
   request("POST", `/api/messages/${messageId}/edit/`, { content });
+
+// The conversation, its active path now running through that message.
+export const switchBranch = (conversationId, messageId) =>
+  request("POST", `/api/conversations/${conversationId}/switch/`, { message_id: messageId });
+
+// rating: "up", "down" or null; the answer is the message with its `feedback`.
+export const setFeedback = (messageId, rating, comment = "") =>
+  request("PUT", `/api/messages/${messageId}/feedback/`, { rating, comment });
+
+// ---- presets and sharing
+
+export const listPresets = () => request("GET", "/api/presets/");
+
+export const shareConversation = (conversationId, showOwner) =>
+  request("POST", `/api/conversations/${conversationId}/share/`, { show_owner: showOwner });
+
+export const stopSharing = (conversationId) => request("DELETE", `/api/conversations/${conversationId}/share/`);
 
 // ---- models
 

@@ -8,6 +8,9 @@ import { Conversation } from "./conversation.js";
 import { createComposer } from "./composer.js";
 import { createSidebarPanel, ConversationList } from "./sidebar.js";
 import { Settings } from "./settings.js";
+import { PresetPicker } from "./presets.js";
+import { ShareDialog } from "./sharing.js";
+import { installShortcuts } from "./shortcuts.js";
 import { isPlainClick } from "./dom.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -33,10 +36,13 @@ const conversation = new Conversation({
     shown: (shown) => {
       settings.fill(shown);
       list.markCurrent();
+      $("#share-toggle").hidden = false;
     },
     draft: () => settings.draft,
     created: (created) => {
       settings.clearDraft();
+      settings.fill(created);
+      $("#share-toggle").hidden = false;
       history.pushState({ id: created.id }, "", api.conversationPath(created.id));
     },
     listed: (created) => list.upsert(created, { top: true }),
@@ -60,13 +66,36 @@ const list = new ConversationList({
   onDeleted: (id) => conversation.isOpen(id) && newChat(),
 });
 
+const presets = new PresetPicker({
+  container: $("#preset-picker"),
+  onChoose: (id) => {
+    settings.choosePreset(id);
+    composer.focus();
+  },
+});
+
 const settings = new Settings({
   panel: $("#settings"), form: $("#settings-form"), status: $("#settings-status"),
   toggle: $("#settings-toggle"), cancel: $("#settings-cancel"),
-  fields: { system: $("#set-system"), model: $("#set-model"), temperature: $("#set-temperature"), maxTokens: $("#set-max-tokens") },
+  fields: {
+    preset: $("#set-preset"), system: $("#set-system"), model: $("#set-model"),
+    temperature: $("#set-temperature"), maxTokens: $("#set-max-tokens"),
+  },
+  hint: $("#set-system-hint"), badge: $("#preset-badge"), presets,
   current: () => conversation.current,
   onSaved: (updated) => conversation.update(updated),
 });
+
+const sharing = new ShareDialog({
+  ui: {
+    dialog: $("#share-dialog"), showOwner: $("#share-show-owner"), link: $("#share-link"),
+    url: $("#share-url"), copy: $("#share-copy"), create: $("#share-create"),
+    revoke: $("#share-revoke"), status: $("#share-status"),
+  },
+  current: () => conversation.current,
+  onChanged: (id, share) => conversation.isOpen(id) && (conversation.current.share = share),
+});
+$("#share-toggle").addEventListener("click", () => sharing.open());
 
 async function openConversation(id, { push = true } = {}) {
   if (conversation.isOpen(id)) return panel.closeIfNarrow();
@@ -85,6 +114,7 @@ function newChat({ push = true } = {}) {
   settings.close();
   if (push && location.pathname !== api.HOME_PATH) history.pushState({}, "", api.HOME_PATH);
   settings.fill({});
+  $("#share-toggle").hidden = true;
   list.markCurrent();
   panel.closeIfNarrow();
   composer.focus();
@@ -107,6 +137,18 @@ for (const link of [$("#new-chat"), $("#brand")]) {
   });
 }
 
+installShortcuts({
+  dialog: $("#shortcuts-dialog"),
+  toggle: $("#shortcuts-toggle"),
+  actions: {
+    "new-chat": () => newChat(),
+    "focus-composer": () => composer.focus(),
+    stop: () => Boolean(conversation.stop()),
+    "previous-version": () => conversation.stepVersion(-1),
+    "next-version": () => conversation.stepVersion(1),
+  },
+});
+
 const initial = JSON.parse($("#initial-conversation").textContent);
 if (initial && initial.id) {
   history.replaceState({ id: initial.id }, "", location.href);
@@ -116,6 +158,7 @@ if (initial && initial.id) {
   newChat({ push: false });
 }
 list.load();
+presets.load().then(() => settings.fillPresets());
 composer.autosize();
 scroll.toEnd();
 composer.focus({ preventScroll: true });

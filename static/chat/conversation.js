@@ -1,8 +1,10 @@
-// The open conversation: its messages on the page, its event stream, and what the user does
-// to it (send, stop, regenerate, edit). app.js connects it to the other parts through hooks.
+// The open conversation: its active path on the page (thread.js), its event stream, and
+// what the user does to it (send, stop, regenerate, edit, switch branch, rate). app.js
+// connects it to the other parts through hooks.
 import * as api from "./api.js";
 import { ConversationStream, HeldEvents } from "./stream.js";
 import { Reply } from "./reply.js";
+import { Thread } from "./thread.js";
 import { userView, assistantView, openEditForm, copyCodeOnClick } from "./messages.js";
 
 const UNKNOWN_REPLY_WAIT_MS = 800;
@@ -17,50 +19,34 @@ export class Conversation {
   constructor({ ui, notice, setConnection, scroll, hooks }) {
     Object.assign(this, { ui, notice, setConnection, scroll, hooks });
     this.current = null; // the open conversation's JSON, without messages
-    this.order = []; // message ids in display order
-    this.views = new Map(); // message id -> view
+    this.thread = new Thread(ui.messages, (message, reply) => this.makeView(message, reply));
     this.stream = null;
-    this.busy = false; // a send, edit or regenerate request in flight
+    this.busy = false; // a send, edit, regenerate or switch request in flight
     this.loadToken = 0; // the newest navigation wins over slower earlier ones
     this.held = new HeldEvents();
     this.pendingCount = 0;
     copyCodeOnClick(ui.messages);
-    setInterval(() => this.eachReply((reply) => reply.checkSilence()), SILENCE_CHECK_MS);
+    setInterval(() => this.thread.eachReply((reply) => reply.checkSilence()), SILENCE_CHECK_MS);
   }
 
   isOpen(id) {
     return Boolean(this.current) && this.current.id === id;
   }
 
-  eachReply(fn) {
-    for (const view of this.views.values()) if (view.kind === "assistant") fn(view.reply);
-  }
-
   // ---- message views
 
-  addMessage(message, { before = null, reply = null } = {}) {
-    const view = message.role === "user"
-      ? userView(message, { onEdit: (v) => this.startEdit(v) })
-      : this.replyView(reply || new Reply(message));
-    this.views.set(view.id, view);
-    if (before) {
-      this.ui.messages.insertBefore(view.root, before.root);
-      this.order.splice(this.order.indexOf(before.id), 0, view.id);
-    } else {
-      this.ui.messages.append(view.root);
-      this.order.push(view.id);
-    }
-    if (view.kind === "assistant") view.paint();
-    return view;
-  }
-
-  replyView(reply) {
+  makeView(message, reply) {
+    const onSwitch = (id) => this.switchTo(id);
+    if (message.role === "user") return userView(message, { onEdit: (v) => this.startEdit(v), onSwitch });
+    reply ??= new Reply(message);
     const view = assistantView(reply, {
       onRegenerate: (v) => this.regenerate(v),
       onRender: () => this.scroll.follow(),
+      onSwitch,
+      onRate: (v, rating, comment) => this.rate(v, rating, comment),
     });
     reply.bind({
-      fetchMessage: (id) => (this.views.get(id) === view ? api.getMessage(id) : null),
+      fetchMessage: (id) => (this.thread.get(id) === view ? api.getMessage(id) : null),
       onChange: () => {
         view.paint();
         if (!reply.streaming) this.updateControls();
@@ -71,53 +57,15 @@ export class Conversation {
 
   // A reply the server just created, unless its events already made the page show it.
   addReply(message) {
-    if (!this.views.has(message.id)) this.addMessage(message);
+    if (!this.thread.has(message.id)) this.thread.add(message);
     this.replayHeld(message.id);
   }
 
-  removeMessage(id) {
-    const view = this.views.get(id);
-    if (!view) return;
-    view.dispose?.();
-    view.root.remove();
-    this.views.delete(id);
-    this.order = this.order.filter((x) => x !== id);
-  }
-
-  confirmMessage(tempId, saved) {
-    const view = this.views.get(tempId);
-    this.views.delete(tempId);
-    this.views.set(saved.id, view);
-    this.order = this.order.map((x) => (x === tempId ? saved.id : x));
-    view.confirm(saved);
-  }
-
-  clearMessages() {
-    for (const view of this.views.values()) view.dispose?.();
-    this.views.clear();
-    this.order = [];
-    this.ui.messages.replaceChildren();
-  }
-
-  streamingView() {
-    for (const id of this.order) {
-      const view = this.views.get(id);
-      if (view.kind === "assistant" && view.reply.streaming) return view;
-    }
-    return null;
-  }
-
   updateControls() {
-    const streaming = Boolean(this.streamingView());
+    const streaming = Boolean(this.thread.streamingReply());
     const busy = this.busy || streaming;
-    const last = (kind) => [...this.order].reverse().find((id) => this.views.get(id).kind === kind);
-    const lastUser = last("user");
-    const lastReply = last("assistant");
-    for (const [id, view] of this.views) {
-      const isLast = view.kind === "user" ? id === lastUser && !view.pending : id === lastReply;
-      view.setState({ isLast, busy });
-    }
-    this.ui.empty.hidden = this.order.length > 0;
+    for (const view of this.thread.views.values()) view.setState({ busy, locked: this.busy });
+    this.ui.empty.hidden = this.thread.size > 0;
     this.hooks.controls({ busy, streaming });
   }
 
@@ -140,44 +88,56 @@ export class Conversation {
 
   // ---- showing and loading
 
-  // Show a conversation (JSON with messages), keeping live replies where we have them: they
-  // may be ahead of the saved text.
+  // Show a conversation (JSON with its active path), keeping live replies where we have
+  // them: they may be ahead of the saved text. One streaming on another branch stays alive
+  // off the page.
   show(conversation) {
     const keep = new Map();
-    if (this.isOpen(conversation.id)) this.eachReply((reply) => keep.set(reply.id, reply));
+    if (this.isOpen(conversation.id)) this.thread.eachReply((reply) => keep.set(reply.id, reply));
+    else this.thread.eachReply((reply) => reply.dispose());
     this.current = { ...conversation };
     delete this.current.messages;
     this.setTitle(conversation.title);
-    const pending = [...this.views.values()].filter((view) => view.kind === "user" && view.pending);
+    const pending = this.thread.pendingViews();
     const wasStuck = this.scroll.stuck;
-    this.eachReply((reply) => keep.has(reply.id) || reply.dispose());
-    this.views.clear();
-    this.order = [];
-    this.ui.messages.replaceChildren();
+    this.thread.clear({ keepReplies: true });
     for (const message of conversation.messages || []) {
       const reply = keep.get(message.id);
       keep.delete(message.id);
-      this.addMessage(message, { reply });
+      this.thread.add(message, reply);
       reply?.snapshot(message);
     }
-    for (const reply of keep.values()) reply.dispose();
-    for (const view of pending) {
-      this.views.set(view.id, view);
-      this.order.push(view.id);
-      this.ui.messages.append(view.root);
-    }
+    this.keepStreaming(keep, conversation.streaming_reply);
+    for (const view of pending) this.thread.append(view);
     this.hooks.shown(conversation);
     for (const message of conversation.messages || []) {
       if (message.role === "assistant") this.replayHeld(message.id);
     }
+    for (const id of this.thread.offPath.keys()) this.replayHeld(id);
     this.updateControls();
     if (wasStuck) this.scroll.toEnd();
+  }
+
+  // Live replies not on the shown path: one still streaming stays (off the page), the rest
+  // go. streaming: the API's streaming_reply, which the page may not know yet (after a
+  // reload on another branch).
+  keepStreaming(kept, streaming) {
+    const settled = () => this.updateControls();
+    for (const reply of kept.values()) {
+      if (reply.streaming) this.thread.keepOffPath(reply, settled);
+      else reply.dispose();
+    }
+    if (streaming && !this.thread.has(streaming.id)) {
+      const known = this.thread.offPath.get(streaming.id);
+      if (known) known.snapshot(streaming);
+      else this.thread.keepOffPath(new Reply(streaming), settled);
+    }
   }
 
   // Replace whatever is shown by this conversation and follow its events.
   display(conversation) {
     this.closeStream();
-    this.clearMessages();
+    this.thread.clear();
     this.current = null;
     this.scroll.reset();
     this.show(conversation);
@@ -203,7 +163,7 @@ export class Conversation {
   reset() {
     this.loadToken++;
     this.closeStream();
-    this.clearMessages();
+    this.thread.clear();
     this.current = null;
     this.ui.title.textContent = "New chat";
     document.title = "tokenstream";
@@ -239,7 +199,7 @@ export class Conversation {
     // Events sent between the page's snapshot and the stream's opening are not replayed to
     // a fresh connection: catch up from the API once the stream is open.
     stream.ready.then(() => {
-      if (stream === this.stream) this.eachReply((reply) => reply.streaming && reply.sync());
+      if (stream === this.stream) this.thread.eachReply((reply) => reply.streaming && reply.sync());
     });
     return stream;
   }
@@ -272,16 +232,16 @@ export class Conversation {
   }
 
   onStreamEvent(type, data) {
-    const view = this.views.get(data.message_id);
-    if (view && view.kind === "assistant") {
-      view.reply.event(type, data);
+    const reply = this.thread.reply(data.message_id);
+    if (reply) {
+      reply.event(type, data);
       return;
     }
     // A reply we do not show yet: our own POST may still be on its way, or another tab
     // sent it. Give the POST a moment, then load the conversation from the API.
     clearTimeout(this.unknownTimer);
     this.unknownTimer = setTimeout(() => {
-      if (!this.views.has(data.message_id) && !this.busy) this.reload();
+      if (!this.thread.reply(data.message_id) && !this.busy) this.reload();
     }, UNKNOWN_REPLY_WAIT_MS);
     this.held.hold(type, data);
   }
@@ -293,7 +253,7 @@ export class Conversation {
   // ---- what the user does
 
   canSend() {
-    return !this.busy && !this.streamingView();
+    return !this.busy && !this.thread.streamingReply();
   }
 
   // Resolves to false when the message was not sent (the composer then gives the text back).
@@ -301,7 +261,7 @@ export class Conversation {
     this.busy = true;
     this.notice.hide();
     const tempId = `pending-${++this.pendingCount}`;
-    const temp = this.addMessage({ id: tempId, role: "user", content: text, pending: true });
+    const temp = this.thread.add({ id: tempId, role: "user", content: text, pending: true });
     this.scroll.toEnd();
     this.updateControls();
     try {
@@ -309,12 +269,12 @@ export class Conversation {
       const conversationId = this.current.id;
       const result = await api.sendMessage(conversationId, text);
       if (!this.isOpen(conversationId)) return true;
-      if (this.views.get(tempId) === temp) this.confirmMessage(tempId, result.user_message);
+      if (this.thread.get(tempId) === temp) this.thread.confirm(tempId, result.user_message);
       this.addReply(result.assistant_message);
       this.hooks.sent();
       return true;
     } catch (error) {
-      if (this.views.get(tempId) === temp) this.removeMessage(tempId);
+      if (this.thread.get(tempId) === temp) this.thread.remove(tempId);
       this.notice.show(error.message);
       return false;
     } finally {
@@ -335,11 +295,11 @@ export class Conversation {
 
   // null when nothing is streaming; otherwise a promise that settles once the stop is asked.
   stop() {
-    const view = this.streamingView();
-    if (!view) return null;
-    return api.stopReply(view.id).then(
+    const reply = this.thread.streamingReply();
+    if (!reply) return null;
+    return api.stopReply(reply.id).then(
       // The end event normally follows at once; if it does not, ask the API.
-      () => setTimeout(() => view.reply.streaming && view.reply.sync(), STOP_CHECK_MS),
+      () => setTimeout(() => reply.streaming && reply.sync(), STOP_CHECK_MS),
       (error) => this.notice.show(error.message),
     );
   }
@@ -351,9 +311,9 @@ export class Conversation {
     this.updateControls();
     try {
       const next = (await api.regenerateReply(view.id)).assistant_message;
-      if (!this.views.has(next.id)) this.addMessage(next, { before: this.views.get(view.id) });
-      this.removeMessage(view.id);
-      this.replayHeld(next.id);
+      // The new reply ends the path: what followed the old one stays on its branch.
+      this.thread.removeFrom(view.id);
+      this.addReply(next);
       this.scroll.toEnd();
     } catch (error) {
       this.notice.show(error.message);
@@ -368,17 +328,17 @@ export class Conversation {
     openEditForm(view, (text) => this.edit(view, text));
   }
 
-  // Resolves to true once the edit is sent: the edited message and everything after it are
-  // replaced by the server's answer.
+  // Resolves to true once the edit is sent: the edited message and everything after it make
+  // way for the new branch (still one sibling away).
   async edit(view, text) {
     if (this.busy) return false;
     this.busy = true;
     this.notice.hide();
+    this.updateControls();
     try {
       const result = await api.editMessage(view.id, text);
-      const index = this.order.indexOf(view.id);
-      for (const old of this.order.slice(index)) this.removeMessage(old);
-      this.addMessage(result.user_message);
+      this.thread.removeFrom(view.id);
+      this.thread.add(result.user_message);
       this.addReply(result.assistant_message);
       this.scroll.toEnd();
       return true;
@@ -389,5 +349,37 @@ export class Conversation {
       this.busy = false;
       this.updateControls();
     }
+  }
+
+  // Show another version of a message: the server moves the active path, and the page shows
+  // it, keeping live replies (a streaming one may leave the page and come back).
+  async switchTo(messageId) {
+    if (!this.current || this.busy) return;
+    const id = this.current.id;
+    const token = ++this.loadToken;
+    this.notice.hide();
+    try {
+      const conversation = await api.switchBranch(id, messageId);
+      if (token !== this.loadToken || !this.isOpen(id)) return;
+      this.show(conversation);
+      this.thread.get(messageId)?.nav.root.querySelector("button:not(:disabled)")?.focus({ preventScroll: true });
+    } catch (error) {
+      if (token === this.loadToken) this.notice.show(error.message);
+    }
+  }
+
+  // The keyboard's previous/next version: the message holding the focus, else the last one
+  // with versions.
+  stepVersion(delta) {
+    const focused = document.activeElement?.closest?.(".msg");
+    const views = this.thread.withVersions();
+    const view = views.find((v) => v.root === focused) || views[views.length - 1];
+    return view ? view.nav.step(delta) : false;
+  }
+
+  async rate(view, rating, comment) {
+    const message = await api.setFeedback(view.id, rating, comment);
+    view.showFeedback(message.feedback);
+    return message.feedback;
   }
 }

@@ -15,6 +15,8 @@ export const ICONS = {
   regen: icon('<path d="M20 11a8 8 0 1 0-2.3 5.7M20 4v7h-7"/>'),
   edit: icon('<path d="M4 20h4L19 9l-4-4L4 16v4zM14 6l4 4"/>'),
   delete: icon('<path d="M5 7h14M10 11v6M14 11v6M7 7l1 13h8l1-13M9 7V4h6v3"/>'),
+  thumbUp: icon('<path d="M7 11v9H4v-9h3zM7 11l4-7a2 2 0 0 1 3 2l-1 4h5a2 2 0 0 1 2 2.3l-1.2 6A2 2 0 0 1 16.8 20H7"/>'),
+  thumbDown: icon('<path d="M7 13V4H4v9h3zM7 13l4 7a2 2 0 0 0 3-2l-1-4h5a2 2 0 0 0 2-2.3l-1.2-6A2 2 0 0 0 16.8 4H7"/>'),
 };
 
 export function actionButton(label, className, iconMarkup) {

@@ -27,8 +27,67 @@ function highlighted(text, lang, { highlight, auto }) {
   return null;
 }
 
+// Math: $…$ and \(…\) inline, $$…$$ and \[…\] displayed. Only a placeholder holding the
+// TeX source is made here (the source as its text, so it reads as it was written until
+// math.js typesets it): the HTML sanitiser never has to let KaTeX's markup through.
+const INLINE_MATH = [
+  // $…$ as pandoc reads it: no space inside either dollar, and no digit right after the
+  // closing one, so "$5 and $10" stays money.
+  [/^\$(?![\s$])((?:\\.|[^\\\n$])+?)(?<![\s\\])\$(?!\d)/, false],
+  [/^\$\$(?!\$)([\s\S]+?)\$\$/, true],
+  [/^\\\(([\s\S]+?)\\\)/, false],
+  [/^\\\[([\s\S]+?)\\\]/, true],
+];
+const BLOCK_MATH = [/^ {0,3}\$\$([\s\S]+?)\$\$ *(?:\n+|$)/, /^ {0,3}\\\[([\s\S]+?)\\\] *(?:\n+|$)/];
+
+// block: a paragraph of its own (a div); otherwise a span, shown as a block when displayed.
+export function mathPlaceholder(tex, display, block = false) {
+  const tag = block ? "div" : "span";
+  const mark = display ? ["$$", "$$"] : ["$", "$"];
+  const cls = display ? "math math-display" : "math math-inline";
+  return `<${tag} class="${cls}" data-tex="${escapeHtml(tex)}">${escapeHtml(mark[0] + tex + mark[1])}</${tag}>`;
+}
+
+const mathExtension = {
+  extensions: [
+    {
+      name: "mathBlock",
+      level: "block",
+      // Where a display block could interrupt a paragraph: only at the start of a line.
+      start(src) {
+        const match = src.match(/\n {0,3}(?:\$\$|\\\[)/);
+        return match ? match.index + 1 : undefined;
+      },
+      tokenizer(src) {
+        for (const pattern of BLOCK_MATH) {
+          const match = pattern.exec(src);
+          if (match && match[1].trim()) return { type: "mathBlock", raw: match[0], text: match[1].trim() };
+        }
+        return undefined;
+      },
+      renderer: (token) => mathPlaceholder(token.text, true, true) + "\n",
+    },
+    {
+      name: "mathInline",
+      level: "inline",
+      start: (src) => src.match(/\$|\\[([]/)?.index,
+      tokenizer(src) {
+        for (const [pattern, display] of INLINE_MATH) {
+          const match = pattern.exec(src);
+          if (match && match[1].trim()) {
+            return { type: "mathInline", raw: match[0], text: match[1].trim(), display };
+          }
+        }
+        return undefined;
+      },
+      renderer: (token) => mathPlaceholder(token.text, token.display),
+    },
+  ],
+};
+
 function makeMarked(options) {
   const md = new Marked({ gfm: true, breaks: false });
+  md.use(mathExtension);
   md.use({
     renderer: {
       // Raw HTML written by the model is shown as the text it is.

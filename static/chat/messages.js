@@ -1,8 +1,11 @@
 // The DOM of one message: the user's bubble (with edit) and the assistant's reply (text,
-// typing dots, error with Retry, meta line, copy and regenerate). A view paints state it is
-// given; it changes nothing but its own nodes.
+// typing dots, error with Retry, meta line, copy, regenerate and feedback), each with the
+// "‹ 2/3 ›" of its other versions. A view paints state it is given; it changes nothing but
+// its own nodes.
 import { el, actionButton, ICONS, isPlainEnter } from "./dom.js";
 import { StreamingMarkdown, copyText } from "./render.js";
+import { branchNav } from "./branches.js";
+import { feedbackControls } from "./feedback.js";
 
 const STATUS_ERRORS = {
   failed: "The reply failed.",
@@ -17,6 +20,7 @@ export function formatMeta(m) {
   if (m.completion_tokens != null) parts.push(`${m.completion_tokens} tokens`);
   if (m.finish_reason === "length") parts.push("stopped at the token limit");
   if (m.status === "cancelled" || m.finish_reason === "cancelled") parts.push("stopped");
+  if (m.preset_name) parts.push(`preset ${m.preset_name}`);
   return parts.join(" · ");
 }
 
@@ -31,16 +35,19 @@ async function flashCopied(button, promise) {
   }, 1500);
 }
 
-// actions: onEdit(view).
-export function userView(message, { onEdit }) {
+// actions: onEdit(view), onSwitch(messageId).
+export function userView(message, { onEdit, onSwitch }) {
   const root = el("article", "msg msg-user");
   root.dataset.role = "user";
   const bubble = el("div", "bubble", message.content);
+  const foot = el("div", "msg-foot");
   const actions = el("div", "msg-actions");
   const edit = actionButton("Edit and resend", "edit", ICONS.edit);
   const copy = actionButton("Copy message", "copy", ICONS.copy);
+  const nav = branchNav({ onSwitch });
   actions.append(edit, copy);
-  root.append(bubble, actions);
+  foot.append(actions, nav.root);
+  root.append(bubble, foot);
   const view = {
     kind: "user",
     id: message.id,
@@ -58,11 +65,15 @@ export function userView(message, { onEdit }) {
     setId(id) {
       view.id = id;
       root.dataset.messageId = id;
+      nav.set(view.message.siblings, id);
     },
-    setState({ isLast, busy }) {
-      edit.hidden = !isLast;
+    // busy: no new reply may start now; locked: a request of this page is in flight.
+    setState({ busy, locked }) {
+      edit.hidden = view.pending;
       edit.disabled = busy;
+      nav.setLocked(locked);
     },
+    nav,
   };
   view.setId(message.id);
   if (message.pending) root.classList.add("pending");
@@ -93,21 +104,27 @@ function assistantNodes() {
   actions.append(copy, regen);
   foot.append(actions, meta);
   root.append(body, typing, error, foot);
-  return { root, body, typing, error, errorText, retry, foot, meta, copy, regen };
+  return { root, body, typing, error, errorText, retry, foot, actions, meta, copy, regen };
 }
 
 // A view of a Reply (reply.js). actions: onRegenerate(view), onRender() after each paint of
-// new text (the page follows the stream).
-export function assistantView(reply, { onRegenerate, onRender }) {
+// new text (the page follows the stream), onSwitch(messageId), onRate(view, rating, comment)
+// -> promise of the saved feedback.
+export function assistantView(reply, { onRegenerate, onRender, onSwitch, onRate }) {
   const n = assistantNodes();
   n.root.dataset.messageId = reply.id;
   const md = new StreamingMarkdown(n.body, { onRender });
+  const nav = branchNav({ onSwitch });
+  const rating = feedbackControls({ onSave: (value, comment) => onRate(view, value, comment) });
+  n.actions.append(...rating.buttons);
+  n.foot.insertBefore(nav.root, n.meta);
+  n.root.append(...rating.panel);
   const view = {
     kind: "assistant",
     id: reply.id,
     root: n.root,
     reply,
-    isLast: false,
+    nav,
     busy: false,
     paint() {
       const m = reply.message;
@@ -126,24 +143,37 @@ export function assistantView(reply, { onRegenerate, onRender }) {
       n.error.hidden = !problem;
       if (problem) {
         n.errorText.textContent = m.error || STATUS_ERRORS[m.status];
-        n.retry.hidden = !view.isLast || m.retryable === false;
+        n.retry.hidden = m.retryable === false;
         n.retry.disabled = view.busy;
       }
-      n.foot.hidden = streaming;
+      // While a reply streams only its versions show: the user may switch away (the reply
+      // goes on streaming off the page).
+      n.foot.hidden = streaming && !(m.siblings?.length > 1);
+      n.actions.hidden = streaming;
       n.meta.textContent = streaming ? "" : formatMeta(m);
       n.copy.hidden = !text;
-      n.regen.hidden = !view.isLast || problem;
+      n.regen.hidden = problem;
       n.regen.disabled = view.busy;
+      rating.setHidden(streaming);
+      if (view.shownSiblings !== m.siblings) {
+        view.shownSiblings = m.siblings;
+        nav.set(m.siblings, reply.id);
+      }
     },
-    setState({ isLast, busy }) {
-      view.isLast = isLast;
+    setState({ busy, locked }) {
       view.busy = busy;
+      nav.setLocked(locked);
       view.paint();
+    },
+    showFeedback(feedback) {
+      reply.message.feedback = feedback;
+      rating.show(feedback);
     },
     dispose() {
       reply.dispose();
     },
   };
+  rating.show(reply.message.feedback);
   n.copy.addEventListener("click", () => flashCopied(n.copy, copyText(reply.content)));
   n.regen.addEventListener("click", () => onRegenerate(view));
   n.retry.addEventListener("click", () => onRegenerate(view));

@@ -4,6 +4,7 @@
 // plain text, and only that message.
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 import { markdownHtml, streamingHtml } from "./markdown.js";
+import { typeset } from "./math.js";
 
 const PURIFY = {
   USE_PROFILES: { html: true },
@@ -58,7 +59,9 @@ function decorate(fragment) {
 }
 
 function toFragment(html) {
-  return decorate(DOMPurify.sanitize(html, PURIFY));
+  const fragment = decorate(DOMPurify.sanitize(html, PURIFY));
+  typeset(fragment);
+  return fragment;
 }
 
 function plainFragment(text) {

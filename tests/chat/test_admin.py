@@ -38,11 +38,12 @@ def staff(reviewer):
 
 @pytest.fixture
 def chat(make_user, make_conversation, make_message):
-    """Someone's conversation: a question, a replaced reply, its regenerated reply."""
+    """Someone's conversation: a question, a reply, and its regenerated reply (a sibling on
+    the active path)."""
     owner = make_user("alice")
     conversation = make_conversation(owner, title="Travel plans")
     question = make_message(conversation, "Which animal has stripes, a zebra?")
-    old = make_message(conversation, "Perhaps a tiger.", role="assistant", superseded=True,
+    old = make_message(conversation, "Perhaps a tiger.", role="assistant",
                        reply_to=question, model="smol", status="complete", finish_reason="stop")
     new = make_message(conversation, "Yes, the zebra has stripes.", role="assistant",
                        reply_to=question, model="smol", status="complete", finish_reason="stop",
@@ -131,7 +132,7 @@ def test_staff_without_the_view_conversation_permission_cannot_read_transcripts(
 @pytest.mark.parametrize("who", ["reviewer", "superuser"])
 def test_staff_cannot_change_message_text_through_the_admin(who, staff, admin_client, chat):
     client = staff if who == "reviewer" else admin_client
-    message = chat.messages.get(superseded=False, role="assistant")
+    message = chat.messages.get(content="Yes, the zebra has stripes.")
     url = reverse("admin:chat_message_change", args=[message.pk])
 
     assert client.get(url).status_code == 200  # readable
@@ -177,10 +178,11 @@ def test_transcript_escapes_message_text(staff, make_conversation, make_message)
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
 
 
-def test_transcript_marks_replaced_messages(staff, chat):
+def test_transcript_marks_messages_off_the_active_path(staff, chat):
     page = staff.get(transcript_url(chat)).content.decode()
-    old_id = chat.messages.get(superseded=True).pk
-    assert f'class="msg assistant replaced" id="msg-{old_id}"' in page
+    old_id = chat.messages.get(content="Perhaps a tiger.").pk
+    assert f'class="msg assistant alternative" id="msg-{old_id}"' in page
+    assert "Branch 2: another version of the reply #2" in page
 
 
 def test_transcript_json_gives_a_streaming_reply_its_text_so_far(
@@ -216,11 +218,12 @@ def test_markdown_export_contains_every_message_in_order(
     assert response["Content-Type"].startswith("text/markdown")
     assert response["Content-Disposition"].startswith("attachment;")
     text = response.content.decode()
-    expected = ["# Travel plans", "Which animal has stripes, a zebra?", "Perhaps a tiger.",
-                "Yes, the zebra has stripes.", "# Second", "Another question"]
+    expected = ["# Travel plans", "## Active path", "Which animal has stripes, a zebra?",
+                "Yes, the zebra has stripes.", "## Branch 2: another version of the reply #2",
+                "Perhaps a tiger.", "# Second", "Another question"]
     positions = [text.index(part) for part in expected]
     assert positions == sorted(positions)
-    assert "TTFT 120 ms" in text and "replaced" in text
+    assert "TTFT 120 ms" in text
 
 
 def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
@@ -232,10 +235,12 @@ def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
     assert conversation["owner"] == "alice" and conversation["title"] == "Travel plans"
     messages = conversation["messages"]
     assert [m["content"] for m in messages] == [
-        "Which animal has stripes, a zebra?", "Perhaps a tiger.", "Yes, the zebra has stripes."
+        "Which animal has stripes, a zebra?", "Yes, the zebra has stripes.", "Perhaps a tiger."
     ]
-    assert [m["superseded"] for m in messages] == [False, True, False]
-    last = messages[-1]
+    assert [m["active"] for m in messages] == [True, True, False]
+    assert [m["branch"] for m in messages] == [1, 1, 2]
+    assert messages[1]["parent_id"] == messages[2]["parent_id"] == messages[0]["id"]
+    last = messages[1]
     assert (last["role"], last["ttft_ms"], last["tokens_per_second"], last["finish_reason"]) == (
         "assistant", 120, 10.0, "stop"
     )
@@ -266,3 +271,57 @@ def test_the_transcript_still_polls_while_a_reply_streams(staff, make_conversati
     script = re.search(r'<script src="([^"]*transcript[^"]*\.js)"', page)
     assert script, "the transcript's script is a static file"
     assert "pollUrl" in Client().get(script.group(1)).getvalue().decode()
+
+
+def test_staff_filter_conversations_by_feedback_and_read_it_in_transcript_and_exports(
+    staff, chat, make_conversation, make_message
+):
+    from chat.models import Feedback
+
+    quiet = make_conversation(title="No feedback")
+    make_message(quiet, "hi")
+    rated = chat.messages.get(content="Yes, the zebra has stripes.")
+    Feedback.objects.create(message=rated, rating="down", comment="Zebras are <i>striped</i>, fine")
+
+    assert listed(staff.get(CHANGELIST, {"feedback": "down"})) == [chat]
+    assert listed(staff.get(CHANGELIST, {"feedback": "up"})) == []
+    assert listed(staff.get(CHANGELIST, {"feedback": "comment"})) == [chat]
+    assert listed(staff.get(CHANGELIST, {"feedback": "none"})) == [quiet]
+    page = staff.get(transcript_url(chat)).content.decode()
+    assert "👎 down" in page and "Zebras are &lt;i&gt;striped&lt;/i&gt;, fine" in page
+    markdown = export(staff, "export_markdown", [chat]).content.decode()
+    assert "**Feedback:** 👎 down: Zebras are <i>striped</i>, fine" in markdown
+    exported = json.loads(export(staff, "export_json", [chat]).content)["conversations"][0]
+    assert exported["messages"][1]["feedback"]["rating"] == "down"
+
+
+def test_a_superuser_creates_a_preset_and_replies_keep_what_they_were_asked_with(admin_client):
+    from chat.models import Preset
+
+    response = admin_client.post(reverse("admin:chat_preset_add"), {
+        "name": "Reviewer", "description": "Reviews code", "system_prompt": "Review the code.",
+        "temperature": "0.2", "top_p": "", "max_tokens": "300", "is_active": "on",
+    })
+    assert response.status_code == 302, response.content[:2000]
+    preset = Preset.objects.get(name="Reviewer")
+    assert (preset.temperature, preset.max_tokens, preset.is_active) == (0.2, 300, True)
+    bad = admin_client.post(reverse("admin:chat_preset_add"), {"name": "Hot", "temperature": "7"})
+    assert bad.status_code == 200 and not Preset.objects.filter(name="Hot").exists()
+
+
+def test_the_transcript_shows_the_whole_tree_active_path_first(staff, make_conversation, make_message):
+    conversation = make_conversation(title="Branches")
+    q1 = make_message(conversation, "first question")
+    a1 = make_message(conversation, "first answer", role="assistant", reply_to=q1)
+    q2 = make_message(conversation, "second question")
+    make_message(conversation, "second answer", role="assistant", reply_to=q2)
+    edited = make_message(conversation, "rewritten opener", parent=None)
+    make_message(conversation, "answer to the edit", role="assistant", reply_to=edited)
+    _space_out(list(conversation.messages.order_by("created_at")))
+    page = staff.get(transcript_url(conversation)).content.decode()
+    order = ["Active path", "rewritten opener", "answer to the edit",
+             "Branch 2: another version of the question #1", "first question", "first answer",
+             "second question", "second answer"]
+    positions = [page.index(part) for part in order]
+    assert positions == sorted(positions)
+    assert a1.pk and page.count("other branch</span>") == 4

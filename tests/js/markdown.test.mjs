@@ -41,3 +41,30 @@ test("a streamed text splits into finished blocks, rendered once, and the open l
   assert.equal(part.open, "<p>still wri</p>\n");
   assert.equal(streamingHtml("only one block").done, null);
 });
+
+test("math becomes placeholders holding the TeX source, escaped", () => {
+  const html = markdownHtml("Euler: $e^{i\\pi}+1<2$ and \\(a\\)\n\n$$\n\\int_0^1 x\\,dx\n$$\n");
+  assert.match(html, /<span class="math math-inline" data-tex="e\^\{i\\pi\}\+1&lt;2">\$e\^\{i\\pi\}\+1&lt;2\$<\/span>/);
+  assert.match(html, /<span class="math math-inline" data-tex="a">/);
+  assert.match(html, /<div class="math math-display" data-tex="\\int_0\^1 x\\,dx">/);
+});
+
+test("money, code and escaped dollars are not math", () => {
+  for (const text of ["costs $5 and $10 today", "`$x$` in code", "```\n$$x$$\n```", "\\$5 and \\$6", "a $ b $ c"]) {
+    assert.doesNotMatch(markdownHtml(text), /class="math/, text);
+  }
+});
+
+test("math in a paragraph stays in it, and an unclosed formula is plain text while streaming", () => {
+  assert.equal(markdownHtml("a $$x^2$$ b").trim(),
+    '<p>a <span class="math math-display" data-tex="x^2">$$x^2$$</span> b</p>');
+  const part = streamingHtml("done $x$\n\nstill open $y");
+  assert.match(part.done, /data-tex="x"/);
+  assert.doesNotMatch(part.open, /class="math/);
+});
+
+test("TeX that tries to be HTML stays text inside the placeholder", () => {
+  const html = markdownHtml('$<img src=x onerror="alert(1)">$');
+  assert.doesNotMatch(html, /<img/);
+  assert.match(html, /data-tex="&lt;img src=x onerror=&quot;alert\(1\)&quot;&gt;"/);
+});

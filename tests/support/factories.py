@@ -25,6 +25,15 @@ def create_conversation(owner=None, **fields) -> Conversation:
 
 
 def create_message(conversation=None, role="user", content="hello", **fields) -> Message:
-    return Message.objects.create(
-        conversation=conversation or create_conversation(), role=role, content=content, **fields
+    """A message at the end of the conversation's active path, as the services add one:
+    under `parent` if given, else under its `reply_to`, else under the active leaf; it
+    becomes the active leaf."""
+    conversation = conversation or create_conversation()
+    if "parent" not in fields and "parent_id" not in fields:
+        fields["parent"] = fields.get("reply_to") or conversation.active_leaf
+    message = Message.objects.create(
+        conversation=conversation, role=role, content=content, **fields
     )
+    conversation.active_leaf = message
+    Conversation.objects.filter(pk=conversation.pk).update(active_leaf=message)
+    return message

@@ -2,7 +2,8 @@
 
 import pytest
 
-from chat.relay.prompt import build_request, estimate_tokens, trim_to_budget
+from chat.models import Preset
+from chat.relay.prompt import build_request, estimate_tokens, generation_for, trim_to_budget
 from tests.support.factories import create_conversation, create_message
 
 
@@ -29,9 +30,9 @@ def test_request_carries_history_up_to_the_question_and_conversation_settings(se
     settings.INFERENCE_CONTEXT_TOKENS = 4096
     conversation = create_conversation(system_prompt="Be terse.", temperature=0.2, max_tokens=50)
     q1 = create_message(conversation, content="first")
-    create_message(conversation, role="assistant", content="answer", reply_to=q1, status="complete")
-    create_message(conversation, role="assistant", content="hidden", reply_to=q1, superseded=True)
-    q2 = create_message(conversation, content="second")
+    answer = create_message(conversation, role="assistant", content="answer", reply_to=q1, status="complete")
+    create_message(conversation, role="assistant", content="other branch", reply_to=q1)
+    q2 = create_message(conversation, content="second", parent=answer)
     reply = create_message(conversation, role="assistant", content="", reply_to=q2, status="streaming")
     request = build_request(reply)
     assert request.messages == [
@@ -85,3 +86,45 @@ def test_a_long_history_is_read_newest_first_only_as_far_as_the_context_holds(se
     assert request.messages == trim_to_budget(everything, 2048 - 100)
     assert len(request.messages) < 15
     assert len(loaded) <= 40, f"{len(loaded)} messages read for a prompt of {len(request.messages)}"
+
+
+@pytest.mark.django_db
+def test_a_reply_is_asked_its_own_path_wherever_the_active_path_is():
+    conversation = create_conversation()
+    q1 = create_message(conversation, content="old question")
+    old_reply = create_message(conversation, role="assistant", content="old answer", reply_to=q1)
+    q2 = create_message(conversation, content="follow-up")
+    create_message(conversation, content="new question", parent=None)  # an edit of q1
+    reply = create_message(conversation, role="assistant", content="", reply_to=q2, status="streaming")
+    create_message(conversation, content="elsewhere", parent=old_reply)
+    assert [m["content"] for m in build_request(reply).messages] == [
+        "old question", "old answer", "follow-up",
+    ]
+
+
+@pytest.mark.django_db
+def test_preset_settings_apply_unless_the_conversation_sets_its_own(settings):
+    settings.CHAT_DEFAULT_TEMPERATURE, settings.CHAT_DEFAULT_TOP_P = 0.5, 0.9
+    preset = Preset.objects.create(name="Pirate", system_prompt="Talk like a pirate.",
+                                   temperature=1.2, max_tokens=40)
+    conversation = create_conversation(preset=preset, top_p=0.3)
+    record = generation_for(conversation)
+    assert record == {"preset": {"id": preset.pk, "name": "Pirate"},
+                      "system_prompt": "Talk like a pirate.", "temperature": 1.2,
+                      "top_p": 0.3, "max_tokens": 40}
+    own = create_conversation(preset=preset, system_prompt="Be plain.", temperature=0)
+    assert (generation_for(own)["system_prompt"], generation_for(own)["temperature"]) == ("Be plain.", 0)
+
+
+@pytest.mark.django_db
+def test_the_request_follows_the_replys_record_not_the_preset_as_it_is_now():
+    preset = Preset.objects.create(name="Terse", system_prompt="Be terse.", temperature=0.1)
+    conversation = create_conversation(preset=preset)
+    question = create_message(conversation, content="hi")
+    reply = create_message(conversation, role="assistant", content="", reply_to=question,
+                           status="streaming", generation=generation_for(conversation))
+    Preset.objects.filter(pk=preset.pk).update(system_prompt="Be verbose.", temperature=1.5)
+    reply.refresh_from_db()
+    request = build_request(reply)
+    assert request.messages[0] == {"role": "system", "content": "Be terse."}
+    assert request.temperature == 0.1

@@ -132,9 +132,9 @@ def _lock_for_reply(conversation: Conversation) -> Conversation:
     _lock_user(conversation.owner_id)
     # The conversation too, so two requests cannot both pass the streaming check, nor both
     # move the active leaf.
-    return (
-        Conversation.objects.select_for_update().select_related("preset").get(pk=conversation.pk)
-    )
+    # of=("self",): PostgreSQL cannot lock the nullable side of the preset's outer join.
+    locked = Conversation.objects.select_for_update(of=("self",)).select_related("preset")
+    return locked.get(pk=conversation.pk)
 
 
 def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:

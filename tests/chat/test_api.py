@@ -384,7 +384,9 @@ def long_conversation(user, count: int):
     conversation = create_conversation(owner=user)
     messages = [create_message(conversation, content=f"m{n}", role="user" if n % 2 == 0 else "assistant")
                 for n in range(count)]
-    create_message(conversation, content="replaced", superseded=True)
+    # An older version of the last message: a sibling off the active path, never listed.
+    Message.objects.create(conversation=conversation, role=messages[-1].role, content="replaced",
+                           parent=messages[-1].parent)
     return conversation, [str(m.id) for m in messages]
 
 

@@ -69,8 +69,11 @@ def user_streaming_count(*, user) -> int:
 
 
 def user_messages_since(*, user, since) -> int:
+    """Questions sent since then: user messages that asked for a reply. The earlier turns
+    an API call brings along (stored with it, unanswered) are not sends."""
+    answered = Message.objects.filter(reply_to=OuterRef("pk"))
     return Message.objects.filter(
-        conversation__owner=user, role=Message.Role.USER, created_at__gte=since
+        Exists(answered), conversation__owner=user, role=Message.Role.USER, created_at__gte=since
     ).count()
 
 

@@ -7,10 +7,11 @@ import datetime
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from chat import selectors
+from chat import selectors, usage
 from chat.models import Conversation, Message
 from chat.relay.manager import relay_manager
 
@@ -31,6 +32,14 @@ class Conflict(ServiceError):
 
 class RateLimited(ServiceError):
     """A per-user limit was reached; waiting makes it possible again."""
+
+
+class QuotaExceeded(RateLimited):
+    """A daily or monthly token quota is used up until `resets_at`."""
+
+    def __init__(self, message: str, resets_at: datetime.datetime):
+        super().__init__(message)
+        self.resets_at = resets_at
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,20 @@ def _check_message_rate(*, user) -> None:
         raise RateLimited("You are sending messages too fast. Wait a minute and try again.")
 
 
+def _lock_owner(*, conversation: Conversation) -> None:
+    """Serialize the sends of one user (PostgreSQL; SQLite serializes every write anyway),
+    so the per-user checks that follow see every earlier send of this user committed.
+    Always taken after the conversation's lock, so the two are never taken in the other
+    order (no deadlock between an edit and a send)."""
+    get_user_model().objects.select_for_update().only("pk").get(pk=conversation.owner_id)
+
+
+def _check_quota(*, user) -> None:
+    exceeded = usage.quota_exceeded(user=user)
+    if exceeded is not None:
+        raise QuotaExceeded(usage.quota_sentence(exceeded), exceeded.resets_at)
+
+
 def _reply_create(*, conversation: Conversation, question: Message) -> Message:
     reply = Message.objects.create(
         conversation=conversation,
@@ -98,8 +121,10 @@ def message_send(*, conversation: Conversation, content: str) -> SentMessage:
     with transaction.atomic():
         # Lock the conversation so two sends cannot both pass the streaming check.
         conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        _lock_owner(conversation=conversation)
         _check_can_start_reply(conversation=conversation)
         _check_message_rate(user=conversation.owner)
+        _check_quota(user=conversation.owner)
         question = Message.objects.create(
             conversation=conversation, role=Message.Role.USER, content=content
         )
@@ -115,7 +140,9 @@ def reply_regenerate(*, reply: Message) -> Message:
         raise ServiceError("Only a reply of the assistant can be regenerated.")
     with transaction.atomic():
         conversation = Conversation.objects.select_for_update().get(pk=reply.conversation_id)
+        _lock_owner(conversation=conversation)
         _check_can_start_reply(conversation=conversation)
+        _check_quota(user=conversation.owner)
         reply.conversation.messages.filter(
             reply_to_id=reply.reply_to_id, role=Message.Role.ASSISTANT
         ).update(superseded=True)
@@ -149,3 +176,37 @@ def reply_stop(*, reply: Message) -> None:
     )
     if stopping:
         relay_manager.request_stop(reply.pk)
+
+
+def conversation_start_from_api(
+    *, owner, system_prompt: str, turns: list[tuple[str, str]], settings_: dict
+) -> SentMessage:
+    """One call to the site's /v1/chat/completions: its messages become a new conversation
+    (source `api`), the last one the question, and the reply starts as from the page, under
+    the same per-user limits and quotas. `turns` are (role, content), oldest first."""
+    question_text = turns[-1][1]
+    with transaction.atomic():
+        conversation = Conversation.objects.create(
+            owner=owner, source=Conversation.Source.API, title=title_from(question_text),
+            system_prompt=system_prompt, **settings_,
+        )
+        _lock_owner(conversation=conversation)
+        _check_can_start_reply(conversation=conversation)
+        _check_message_rate(user=owner)
+        _check_quota(user=owner)
+        history = _history_create(conversation=conversation, turns=turns)
+        reply = _reply_create(conversation=conversation, question=history[-1])
+    return SentMessage(user_message=history[-1], assistant_message=reply)
+
+
+def _history_create(*, conversation: Conversation, turns: list[tuple[str, str]]) -> list[Message]:
+    """The caller's messages in order. They are created together, so each gets its own
+    microsecond: the prompt is rebuilt by created_at, and equal times would shuffle it."""
+    messages = Message.objects.bulk_create(
+        Message(conversation=conversation, role=role, content=content) for role, content in turns
+    )
+    first = timezone.now() - datetime.timedelta(microseconds=len(messages) + 1)
+    for index, message in enumerate(messages):
+        message.created_at = first + datetime.timedelta(microseconds=index)
+    Message.objects.bulk_update(messages, ["created_at"])
+    return messages

@@ -27,5 +27,8 @@ urlpatterns = [
     ),
     path("api/messages/<uuid:message_id>/edit/", api.message_edit, name="api-message-edit"),
     path("api/models/", api.models, name="api-models"),
+    path("api/usage/", api.usage_view, name="api-usage"),
+    path("api/keys/", api.api_keys, name="api-keys"),
+    path("api/keys/<uuid:key_id>/", api.api_key_detail, name="api-key"),
     path("metrics", views.metrics, name="metrics"),
 ]

@@ -92,3 +92,10 @@ def message_content(data: dict) -> str:
         max_chars=settings.CHAT_MAX_MESSAGE_CHARS,
         required=True,
     )
+
+
+def api_key_name(data: dict) -> str:
+    unknown = set(data) - {"name"}
+    if unknown:
+        raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    return clean_text(data.get("name"), name="name", max_chars=100, required=False).strip()

@@ -72,10 +72,12 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
         "last_activity",
         "model_used",
         "status",
+        "source",
         "transcript_link",
     )
     list_filter = (
         StatusFilter,
+        "source",
         ModelFilter,
         ("updated_at", admin.DateFieldListFilter),
         ("owner", admin.RelatedOnlyFieldListFilter),
@@ -91,6 +93,7 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
         "temperature",
         "top_p",
         "max_tokens",
+        "source",
         "created_at",
         "updated_at",
     )
@@ -204,3 +207,7 @@ class MessageAdmin(ReviewOnly, admin.ModelAdmin):
     def short_content(self, message):
         text = " ".join(message.content.split())
         return text[:80] + ("…" if len(text) > 80 else "")
+
+
+# Usage, quotas and API keys register their own admins.
+from chat import admin_usage  # noqa: E402,F401

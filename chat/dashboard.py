@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 
 import httpx
 from django.conf import settings
-from django.db.models import F, Sum
+from django.contrib.auth import get_user_model
+from django.db.models import Sum
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from chat.models import TTFT_BUCKET_FIELDS, TTFT_BUCKETS_MS, UsageDay
+
+User = get_user_model()
 
 WINDOW_DAYS = 30
 TOP = 10
@@ -36,10 +39,9 @@ class Figures:
     sums: dict = field(default_factory=dict)
 
     def __getattr__(self, name):
-        try:
-            return self.__dict__["sums"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+        if name in (*COUNTS, *LATENCY):  # a day without replies has no sums: zeros
+            return self.__dict__["sums"].get(name, 0)
+        raise AttributeError(name)
 
     @property
     def total_tokens(self) -> int:
@@ -61,12 +63,12 @@ class Figures:
     @property
     def ttft_mean_ms(self) -> float | None:
         count = self.sums.get("ttft_count", 0)
-        return self.sums["ttft_ms_total"] / count if count else None
+        return self.sums.get("ttft_ms_total", 0) / count if count else None
 
     @property
     def tokens_per_second(self) -> float | None:
         decode_ms = self.sums.get("decode_ms", 0)
-        return self.sums["decode_tokens"] * 1000 / decode_ms if decode_ms else None
+        return self.sums.get("decode_tokens", 0) * 1000 / decode_ms if decode_ms else None
 
 
 def ttft_percentile(sums: dict, q: float) -> float | None:
@@ -93,42 +95,63 @@ def _sum_columns() -> dict:
     return {f"sum_{name}": Sum(name) for name in (*COUNTS, *LATENCY)}
 
 
-def _figures(label: str, row: dict) -> Figures:
-    return Figures(label, {name: row.get(f"sum_{name}") or 0 for name in (*COUNTS, *LATENCY)})
-
-
 def usage_window(*, days: int = WINDOW_DAYS, today: datetime.date | None = None) -> dict:
-    """The dashboard's figures for the last `days` days (UTC), today included."""
+    """The dashboard's figures for the last `days` days (UTC), today included.
+
+    Two passes over the window's rows: sums by (day, model, source), folded here into days,
+    models, sources and the total; and sums by user, for the top users. (Five queries, one
+    per grouping, took twice as long on a year of 200 users.)"""
     today = today or timezone.localdate()
     start = today - datetime.timedelta(days=days - 1)
     rows = UsageDay.objects.filter(day__gte=start, day__lte=today)
-    sums = _sum_columns()
-    by_day = {row["day"]: row for row in rows.values("day").annotate(**sums)}
-    series = [_figures(str(day), by_day.get(day, {}))
+    groups = [(row["day"], row["model"], row["source"], _plain(row))
+              for row in rows.values("day", "model", "source").annotate(**_sum_columns())]
+    by_day, by_model, by_source = {}, {}, {}
+    for day, model, source, sums in groups:
+        _add_into(by_day.setdefault(day, {}), sums)
+        _add_into(by_model.setdefault(model, {}), sums)
+        _add_into(by_source.setdefault(source, {}), sums)
+    series = [Figures(str(day), by_day.get(day, {}))
               for day in (start + datetime.timedelta(days=n) for n in range(days))]
-    ranked = {"total": F("sum_prompt_tokens") + F("sum_completion_tokens")}
-    users = (rows.values("user__username").annotate(**sums).annotate(**ranked)
-             .order_by("-total", "user__username")[:TOP])
-    models = rows.values("model").annotate(**sums).annotate(**ranked).order_by("-total", "model")
-    sources = {row["source"]: row for row in rows.values("source").annotate(**sums)}
-    model_figures = [_figures(row["model"] or "(server default)", row) for row in models]
+    models = sorted(by_model.items(), key=lambda item: (-_total(item[1]), item[0]))
     return {
         "start": start,
         "today": today,
         "days": series,
-        "users": [_figures(row["user__username"], row) for row in users],
-        "models": model_figures[:TOP],
-        "total": Figures("total", _add(f.sums for f in model_figures)),
-        "sources": {name: _figures(name, row) for name, row in sources.items()},
-        "active_users": rows.values("user_id").distinct().count(),
+        "models": [Figures(name or "(server default)", sums) for name, sums in models[:TOP]],
+        "total": Figures("total", _add(sums for _, _, _, sums in groups)),
+        "sources": {name: Figures(name, sums) for name, sums in by_source.items()},
+        **_top_users(rows),
     }
+
+
+def _top_users(rows) -> dict:
+    counts = {f"sum_{name}": Sum(name) for name in COUNTS}
+    users = [(row["user_id"], _plain(row)) for row in rows.values("user_id").annotate(**counts)]
+    users.sort(key=lambda item: -_total(item[1]))
+    top = users[:TOP]
+    names = dict(User.objects.filter(pk__in=[pk for pk, _ in top]).values_list("pk", "username"))
+    return {"users": [Figures(names.get(pk, str(pk)), sums) for pk, sums in top],
+            "active_users": len(users)}
+
+
+def _plain(row: dict) -> dict:
+    return {name[4:]: value or 0 for name, value in row.items() if name.startswith("sum_")}
+
+
+def _total(sums: dict) -> int:
+    return sums.get("prompt_tokens", 0) + sums.get("completion_tokens", 0)
+
+
+def _add_into(total: dict, sums: dict) -> None:
+    for name, value in sums.items():
+        total[name] = total.get(name, 0) + value
 
 
 def _add(rows) -> dict:
     total: dict = {}
     for sums in rows:
-        for name, value in sums.items():
-            total[name] = total.get(name, 0) + (value or 0)
+        _add_into(total, sums)
     return total
 
 

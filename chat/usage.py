@@ -194,5 +194,6 @@ def quota_sentence(state: QuotaState, now: datetime.datetime | None = None) -> s
     hours, minutes = divmod(max(1, round(left.total_seconds() / 60)), 60)
     wait = f"{hours} h {minutes} min" if hours else f"{minutes} min"
     when = state.resets_at.strftime("%Y-%m-%d %H:%M UTC")
-    return (f"You have used your {state.limit.period} quota of {state.limit.tokens:,} tokens. "
+    tokens = f"{state.limit.tokens:,} token{'s' if state.limit.tokens != 1 else ''}"
+    return (f"You have used your {state.limit.period} quota of {tokens}. "
             f"It resets at {when} (in {wait}).")

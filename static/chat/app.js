@@ -8,6 +8,7 @@ import { Conversation } from "./conversation.js";
 import { createComposer } from "./composer.js";
 import { createSidebarPanel, ConversationList } from "./sidebar.js";
 import { Settings } from "./settings.js";
+import { Account } from "./account.js";
 import { isPlainClick } from "./dom.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -67,6 +68,18 @@ const settings = new Settings({
   current: () => conversation.current,
   onSaved: (updated) => conversation.update(updated),
 });
+
+const account = new Account({
+  usage: $("#usage"), keyList: $("#key-list"), keyForm: $("#key-form"), keyName: $("#key-name"),
+  secretBox: $("#key-secret"), secretValue: $("#key-secret-value"), copy: $("#key-copy"),
+  status: $("#account-status"), apiBase: $("#api-base"),
+});
+// Settings' own listener has toggled the panel by now: refresh the figures when it opened.
+$("#settings-toggle").addEventListener("click", () => {
+  if (!$("#settings").hidden) account.load();
+  else account.forgetSecret();
+});
+$("#settings-cancel").addEventListener("click", () => account.forgetSecret());
 
 async function openConversation(id, { push = true } = {}) {
   if (conversation.isOpen(id)) return panel.closeIfNarrow();

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from chat import services, usage
-from chat.inference_client import Delta, Finish
+from chat.inference_client import Finish
 from chat.inference_client.fake import FakeInferenceClient
 from chat.models import Message, TokenQuota, UsageDay
 from chat.relay import saving

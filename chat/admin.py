@@ -88,11 +88,13 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
         "last_activity",
         "model_used",
         "status",
+        "source",
         "transcript_link",
     )
     list_filter = (
         StatusFilter,
         FeedbackFilter,
+        "source",
         ModelFilter,
         ("updated_at", admin.DateFieldListFilter),
         ("owner", admin.RelatedOnlyFieldListFilter),
@@ -109,6 +111,7 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
         "temperature",
         "top_p",
         "max_tokens",
+        "source",
         "created_at",
         "updated_at",
     )
@@ -237,3 +240,7 @@ class PresetAdmin(admin.ModelAdmin):
     search_fields = ("name", "description", "system_prompt")
     fields = ("name", "description", "system_prompt", "temperature", "top_p", "max_tokens",
               "is_active")
+
+
+# Usage, quotas and API keys register their own admins.
+from chat import admin_usage  # noqa: E402,F401

@@ -9,20 +9,24 @@ from asgiref.sync import async_to_sync
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from chat import selectors, services, shares
-from chat.models import Conversation, Message, Preset
+from chat import keys, selectors, services, shares, usage
+from chat.inference_client import get_client
+from chat.models import ApiKey, Conversation, Message, Preset
 from chat.presenters import (
+    api_key_json,
     conversation_detail_json,
     conversation_json,
     message_json,
     preset_json,
     share_json,
+    usage_json,
 )
-from chat.inference_client import get_client
 from chat.validation import (
     InvalidInput,
+    api_key_name,
     conversation_fields,
     feedback_fields,
     message_content,
@@ -47,6 +51,14 @@ def error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": {"message": message, "status": status}}, status=status)
 
 
+def retry_after(exc: services.ServiceError) -> str | None:
+    """Seconds until a quota resets, for clients that honour Retry-After."""
+    resets_at = getattr(exc, "resets_at", None)
+    if resets_at is None:
+        return None
+    return str(max(1, int((resets_at - timezone.now()).total_seconds())))
+
+
 def service_error_status(exc: services.ServiceError) -> int:
     return next((code for kind, code in SERVICE_ERROR_STATUS.items() if isinstance(exc, kind)), 400)
 
@@ -64,8 +76,11 @@ def api_view(*methods: str):
             except RequestDataTooBig:
                 return error(413, "The request is too large.")
             except services.ServiceError as exc:
-                return error(service_error_status(exc), exc.message)
-            except (Conversation.DoesNotExist, Message.DoesNotExist):
+                response = error(service_error_status(exc), exc.message)
+                if wait := retry_after(exc):
+                    response["Retry-After"] = wait
+                return response
+            except (Conversation.DoesNotExist, Message.DoesNotExist, ApiKey.DoesNotExist):
                 return error(404, "Not found.")
 
         return require_http_methods(list(methods))(wrapper)
@@ -205,3 +220,25 @@ def presets(request):
 @api_view("GET")
 def models(request):
     return JsonResponse({"models": async_to_sync(get_client().list_models)()})
+
+
+@api_view("GET")
+def usage_view(request):
+    figures = usage.user_usage(user=request.user)
+    quotas = usage.user_quotas(user=request.user, usage=figures)
+    return JsonResponse(usage_json(figures, quotas))
+
+
+@api_view("GET", "POST")
+def api_keys(request):
+    if request.method == "POST":
+        name = api_key_name(body_of(request))
+        key, secret = keys.api_key_create(user=request.user, name=name)
+        return JsonResponse(api_key_json(key, secret), status=201)
+    return JsonResponse({"keys": [api_key_json(key) for key in keys.api_keys_of(user=request.user)]})
+
+
+@api_view("DELETE")
+def api_key_detail(request, key_id: uuid.UUID):
+    keys.api_key_revoke(key=keys.api_key_get(user=request.user, key_id=key_id))
+    return HttpResponse(status=204)

@@ -37,6 +37,10 @@ class Preset(models.Model):
 
 
 class Conversation(models.Model):
+    class Source(models.TextChoices):
+        PAGE = "page"
+        API = "api"  # a call to the site's /v1/chat/completions with an API key
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
@@ -54,6 +58,7 @@ class Conversation(models.Model):
     temperature = models.FloatField(null=True, blank=True)
     top_p = models.FloatField(null=True, blank=True)
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.PAGE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -186,3 +191,119 @@ class ShareLink(models.Model):
 
     def __str__(self) -> str:
         return f"share of {self.conversation_id}"
+
+
+# Upper bounds (ms) of the time-to-first-token histogram kept per UsageDay row, one column
+# each, plus one for slower replies: percentiles over a month are then sums of a few
+# thousand rows, not a scan of every reply.
+TTFT_BUCKETS_MS = (50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 20000, 60000)
+TTFT_BUCKET_FIELDS = tuple(f"ttft_le_{bound}" for bound in TTFT_BUCKETS_MS) + ("ttft_slower",)
+
+
+class UsageDay(models.Model):
+    """What one user used of one model on one day (UTC), from the page or the API: one row
+    upserted as each reply ends, in the transaction that saves the reply's final state."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_days"
+    )
+    day = models.DateField()
+    model = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=8, choices=Conversation.Source.choices)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    replies = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)  # failed or interrupted
+    cancellations = models.PositiveIntegerField(default=0)
+    # Sums for means: TTFT over the replies that got a first token; decode speed as tokens
+    # after the first over the time after the first (weighted by tokens, like the relay's).
+    ttft_count = models.PositiveIntegerField(default=0)
+    ttft_ms_total = models.BigIntegerField(default=0)
+    decode_tokens = models.BigIntegerField(default=0)
+    decode_ms = models.BigIntegerField(default=0)
+    ttft_le_50 = models.PositiveIntegerField(default=0)
+    ttft_le_100 = models.PositiveIntegerField(default=0)
+    ttft_le_200 = models.PositiveIntegerField(default=0)
+    ttft_le_300 = models.PositiveIntegerField(default=0)
+    ttft_le_500 = models.PositiveIntegerField(default=0)
+    ttft_le_750 = models.PositiveIntegerField(default=0)
+    ttft_le_1000 = models.PositiveIntegerField(default=0)
+    ttft_le_1500 = models.PositiveIntegerField(default=0)
+    ttft_le_2000 = models.PositiveIntegerField(default=0)
+    ttft_le_3000 = models.PositiveIntegerField(default=0)
+    ttft_le_5000 = models.PositiveIntegerField(default=0)
+    ttft_le_10000 = models.PositiveIntegerField(default=0)
+    ttft_le_20000 = models.PositiveIntegerField(default=0)
+    ttft_le_60000 = models.PositiveIntegerField(default=0)
+    ttft_slower = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "day", "model", "source"], name="usage_day_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["day"], name="usage_day_day")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.day} {self.model or 'default'} ({self.source})"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class TokenQuota(models.Model):
+    """A per-user or per-group override of the site's token quotas (CHAT_DAILY_TOKEN_QUOTA,
+    CHAT_MONTHLY_TOKEN_QUOTA). Blank inherits; 0 means no limit."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        related_name="token_quota",
+    )
+    group = models.OneToOneField(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="token_quota"
+    )
+    daily_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens (prompt + completion) per UTC day. "
+        "Blank: inherit (the user's groups, then the site). 0: no limit."
+    )
+    monthly_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per calendar month (UTC). "
+        "Blank: inherit (the user's groups, then the site). 0: no limit."
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, group__isnull=True)
+                | models.Q(user__isnull=True, group__isnull=False),
+                name="token_quota_user_xor_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Token quota of {self.user or self.group}"
+
+
+class ApiKey(models.Model):
+    """A personal key for the site's OpenAI-compatible /v1 API. Only a SHA-256 of the secret
+    is kept: the secret itself is shown once, when the key is created."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The start of the key, to recognise it.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

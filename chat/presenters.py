@@ -2,7 +2,7 @@
 
 from django.urls import reverse
 
-from chat.models import Conversation, Feedback, Message, Preset, ShareLink
+from chat.models import ApiKey, Conversation, Feedback, Message, Preset, ShareLink
 from chat.streaming.channels import events_url
 
 
@@ -80,6 +80,7 @@ def conversation_json(conversation: Conversation, path=None) -> dict:
         "top_p": conversation.top_p,
         "max_tokens": conversation.max_tokens,
         "preset": preset_json(conversation.preset),
+        "source": conversation.source,
         "created_at": conversation.created_at.isoformat(),
         "updated_at": conversation.updated_at.isoformat(),
         "events_url": events_url(conversation.id),
@@ -100,4 +101,39 @@ def conversation_detail_json(detail) -> dict:
     data["share"] = share_json(detail.share)
     streaming = detail.streaming_reply
     data["streaming_reply"] = message_json(streaming) if streaming else None
+    return data
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def usage_json(usage: dict, quotas) -> dict:
+    """GET /api/usage/: tokens and replies today and this month, and the quotas."""
+    return {
+        "today": usage["today"],
+        "month": usage["month"],
+        "quota": {
+            state.limit.period: {
+                "limit": state.limit.tokens,
+                "used": state.used,
+                "remaining": state.remaining,
+                "set_by": state.limit.set_by,
+                "resets_at": _iso(state.resets_at),
+            }
+            for state in quotas
+        },
+    }
+
+
+def api_key_json(key: ApiKey, secret: str | None = None) -> dict:
+    data = {
+        "id": str(key.id),
+        "name": key.name,
+        "prefix": key.prefix,
+        "created_at": _iso(key.created_at),
+        "last_used_at": _iso(key.last_used_at),
+    }
+    if secret is not None:
+        data["key"] = secret  # only in the answer that creates it
     return data

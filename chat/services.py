@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from chat import selectors
+from chat import selectors, usage
 from chat.inference_client import catalog
 from chat.models import Conversation, Feedback, Message, Preset, UsageEvent
 from chat.relay.manager import relay_manager
@@ -39,6 +39,14 @@ class RateLimited(ServiceError):
 
 class Unavailable(ServiceError):
     """Something the site depends on (the model servers) did not answer."""
+
+
+class QuotaExceeded(RateLimited):
+    """A daily or monthly token quota is used up until `resets_at`."""
+
+    def __init__(self, message: str, resets_at: datetime.datetime):
+        super().__init__(message)
+        self.resets_at = resets_at
 
 
 @dataclass(frozen=True)
@@ -147,8 +155,15 @@ def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
     UsageEvent.objects.create(user_id=user_id, action=action)
 
 
+def _check_quota(*, user) -> None:
+    exceeded = usage.quota_exceeded(user=user)
+    if exceeded is not None:
+        raise QuotaExceeded(usage.quota_sentence(exceeded), exceeded.resets_at)
+
+
 def _admit_reply(conversation: Conversation) -> None:
-    """Every new reply (send, edit, regenerate) passes here, under _lock_for_reply."""
+    """Every new reply (send, edit, regenerate, an API call) passes here, under the user's
+    lock: the checks count what committed before, and nothing can slip in between."""
     if selectors.conversation_is_streaming(conversation=conversation):
         raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
     streaming = selectors.user_streaming_count(user_id=conversation.owner_id)
@@ -164,6 +179,7 @@ def _admit_reply(conversation: Conversation) -> None:
         refusal=f"You asked for {limit} replies in the last minute, the most allowed. "
         "Wait a minute and try again.",
     )
+    _check_quota(user=conversation.owner)
 
 
 def _reply_create(*, conversation: Conversation, question: Message) -> Message:
@@ -263,3 +279,41 @@ def feedback_set(*, reply: Message, rating: str | None, comment: str) -> Feedbac
         message=reply, defaults={"rating": rating or "", "comment": comment}
     )
     return feedback
+
+
+def conversation_start_from_api(
+    *, owner, system_prompt: str, turns: list[tuple[str, str]], settings_: dict
+) -> SentMessage:
+    """One call to the site's /v1/chat/completions: its messages become a new conversation
+    (source `api`), one path with the last one the question, and the reply starts as from
+    the page, under the same per-user limits and quotas. `turns` are (role, content),
+    oldest first."""
+    question_text = turns[-1][1]
+    with transaction.atomic():
+        _lock_user(owner.pk)
+        conversation = Conversation.objects.create(
+            owner=owner, source=Conversation.Source.API, title=title_from(question_text),
+            system_prompt=system_prompt, **settings_,
+        )
+        _admit_reply(conversation)
+        history = _history_create(conversation=conversation, turns=turns)
+        reply = _reply_create(conversation=conversation, question=history[-1])
+        conversation.active_leaf = reply
+        conversation.save(update_fields=["active_leaf", "updated_at"])
+    return SentMessage(user_message=history[-1], assistant_message=reply)
+
+
+def _history_create(*, conversation: Conversation, turns: list[tuple[str, str]]) -> list[Message]:
+    """The caller's messages in order, each under the one before. They are created together,
+    so each gets its own microsecond: siblings and exports order by created_at."""
+    first = timezone.now() - datetime.timedelta(microseconds=len(turns) + 1)
+    messages: list[Message] = []
+    for index, (role, content) in enumerate(turns):
+        message = Message(conversation=conversation, role=role, content=content,
+                          parent=messages[-1] if messages else None)
+        messages.append(message)
+    Message.objects.bulk_create(messages)
+    for index, message in enumerate(messages):
+        message.created_at = first + datetime.timedelta(microseconds=index)
+    Message.objects.bulk_update(messages, ["created_at"])
+    return messages

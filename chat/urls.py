@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from chat import api, views
+from chat import api, openai_api, views
 
 app_name = "chat"
 
@@ -44,5 +44,13 @@ urlpatterns = [
     path("api/presets/", api.presets, name="api-presets"),
     path("api/models/", api.models, name="api-models"),
     path("s/<str:token>/", views.share_page, name="share"),
+    path("api/usage/", api.usage_view, name="api-usage"),
+    path("api/keys/", api.api_keys, name="api-keys"),
+    path("api/keys/<uuid:key_id>/", api.api_key_detail, name="api-key"),
     path("metrics", views.metrics, name="metrics"),
+    # The OpenAI-compatible API, for API keys only (chat/openai_api.py).
+    path("v1/chat/completions", openai_api.chat_completions, name="v1-chat-completions"),
+    path("v1/models", openai_api.models, name="v1-models"),
+    path("v1/models/<path:model_id>", openai_api.model_detail, name="v1-model"),
+    re_path(r"^v1/(?P<rest>.*)$", openai_api.not_found),
 ]

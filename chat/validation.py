@@ -170,3 +170,8 @@ def share_fields(data: dict) -> bool:
     if not isinstance(show_owner, bool):
         raise InvalidInput("`show_owner` must be true or false.")
     return show_owner
+def api_key_name(data: dict) -> str:
+    unknown = set(data) - {"name"}
+    if unknown:
+        raise InvalidInput(f"Unknown field(s): {', '.join(sorted(unknown))}.")
+    return clean_text(data.get("name"), name="name", max_chars=100, required=False).strip()

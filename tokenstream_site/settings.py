@@ -256,6 +256,12 @@ CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
 # Replies started per minute: sends, edits and regenerates alike.
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)
 CHAT_CONVERSATIONS_PER_MINUTE = env_int("CHAT_CONVERSATIONS_PER_MINUTE", 20)
+# Tokens (prompt + completion) a user may use per UTC day and per calendar month; unset or
+# 0: no limit. Overridable per user and per group in the admin (Token quotas).
+CHAT_DAILY_TOKEN_QUOTA = env_int("CHAT_DAILY_TOKEN_QUOTA", 0)
+CHAT_MONTHLY_TOKEN_QUOTA = env_int("CHAT_MONTHLY_TOKEN_QUOTA", 0)
+# Active API keys one user may hold.
+CHAT_MAX_API_KEYS_PER_USER = env_int("CHAT_MAX_API_KEYS_PER_USER", 20)
 # The relay writes streamed text at least this often (seconds).
 RELAY_FLUSH_INTERVAL = env_float("RELAY_FLUSH_INTERVAL", 0.5)
 # A reply whose relay has not written for this long is taken to be orphaned.

@@ -18,9 +18,9 @@ from django.db import DatabaseError
 
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
 from chat.models import Message
-from chat.relay import saving
+from chat.relay import prompt, saving
 from chat.relay.metrics import METRICS
-from chat.relay.reply import CANCELLED, Reply, final_state
+from chat.relay.reply import CANCELLED, Reply, final_state, reply_usage
 from chat.relay.stop import StopSignals, asend_stop
 from chat.streaming import memory_log
 from chat.streaming.publish import apublish, message_error_data
@@ -40,6 +40,9 @@ class RelayManager:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: list[asyncio.Task] = []
         self.stops = StopSignals()
+        # Replies being relayed, and in-process readers of them (the /v1 API).
+        self.live: dict[uuid.UUID, Reply] = {}
+        self.taps: dict[uuid.UUID, list[asyncio.Queue]] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -49,6 +52,8 @@ class RelayManager:
         self.loop = loop
         self.relays.clear()
         self.unsaved.clear()
+        self.live.clear()
+        self.taps.clear()
         self.stops = StopSignals()
         self.background = [
             _detached_task(loop, self.stops.receive_forever(), name="relay-stop-receiver"),
@@ -102,11 +107,20 @@ class RelayManager:
             message, request = await sync_to_async(saving.reply_load)(message_id=message_id)
         except Message.DoesNotExist:
             return
-        reply = Reply(message_id=message.id, conversation_id=message.conversation_id, model="")
+        reply = Reply(
+            message_id=message.id,
+            conversation_id=message.conversation_id,
+            model="",
+            owner_id=message.conversation.owner_id,
+            source=message.conversation.source,
+            prompt_estimate=prompt.request_tokens(request),
+        )
         reply.model = request.model or await get_client().default_model()
         METRICS.relay_started()
         try:
             start = {"message_id": str(message_id), "model": reply.model}
+            self.live[message_id] = reply
+            self._tell(message_id, ("start", start))
             await apublish(reply.conversation_id, "message.start", start)
             outcome = await self._stream(reply, request)
         except Exception as exc:  # the relay must always end the reply, whatever broke
@@ -182,6 +196,7 @@ class RelayManager:
             data["produced_at"] = reply.produced_at
         await apublish(reply.conversation_id, "token", data)
         reply.parts.append(text)
+        self._tell(reply.message_id, ("token", text))
         reply.seq += 1
         self.unsaved[reply.message_id] = reply
         METRICS.token_event(reply.produced_at)
@@ -189,15 +204,47 @@ class RelayManager:
     async def _finish(self, reply: Reply, outcome) -> None:
         self.unsaved.pop(reply.message_id, None)
         fields, event, data = final_state(reply, outcome)
-        METRICS.reply_finished(fields["status"], getattr(outcome, "kind", None))
-        await self._save_final(reply.message_id, fields)
+        kind = getattr(outcome, "kind", None)
+        METRICS.reply_finished(fields["status"], kind)
+        await self._save_final(reply.message_id, fields, reply_usage(reply, fields))
+        # Readers learn the end once it is saved (and counted).
+        self.live.pop(reply.message_id, None)
+        self._tell(reply.message_id, ("end", {"fields": fields, "kind": kind}))
         await apublish(reply.conversation_id, event, data)
 
-    async def _save_final(self, message_id: uuid.UUID, fields: dict) -> None:
+    # --- in-process readers ----------------------------------------------------------
+    def tap(self, message_id: uuid.UUID) -> asyncio.Queue:
+        """On the loop: a queue of the reply's ("start", data), ("token", text) and finally
+        ("end", {"fields", "kind"}) items. A reply already under way first gives what it
+        published so far, as one token; one that ended before the tap gives nothing (the
+        reader then finds it ended in the database)."""
+        queue: asyncio.Queue = asyncio.Queue()
+        self.taps.setdefault(message_id, []).append(queue)
+        reply = self.live.get(message_id)
+        if reply is not None:
+            queue.put_nowait(("start", {"message_id": str(message_id), "model": reply.model}))
+            if reply.parts:
+                queue.put_nowait(("token", "".join(reply.parts)))
+        return queue
+
+    def untap(self, message_id: uuid.UUID, queue: asyncio.Queue) -> None:
+        queues = self.taps.get(message_id, [])
+        if queue in queues:
+            queues.remove(queue)
+        if not queues:
+            self.taps.pop(message_id, None)
+
+    def _tell(self, message_id: uuid.UUID, item: tuple) -> None:
+        for queue in self.taps.get(message_id, ()):
+            queue.put_nowait(item)
+
+    async def _save_final(self, message_id: uuid.UUID, fields: dict, usage) -> None:
         """Retried, because a reply's final text must not be lost to a brief lock."""
         for attempt in range(FINAL_WRITE_ATTEMPTS):
             try:
-                await sync_to_async(saving.reply_finish)(message_id=message_id, fields=fields)
+                await sync_to_async(saving.reply_finish)(
+                    message_id=message_id, fields=fields, usage=usage
+                )
                 return
             except DatabaseError:
                 logger.warning("saving reply %s failed (attempt %d)", message_id, attempt + 1)

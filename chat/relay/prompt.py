@@ -15,6 +15,11 @@ def estimate_tokens(text: str) -> int:
     return len(text) // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE
 
 
+def request_tokens(request: ChatRequest) -> int:
+    """The prompt's size as the site guesses it, for servers that report no usage."""
+    return sum(estimate_tokens(m["content"]) for m in request.messages)
+
+
 def reply_max_tokens(wanted: int | None) -> int:
     wanted = wanted or settings.CHAT_DEFAULT_MAX_TOKENS
     return max(1, min(wanted, settings.INFERENCE_CONTEXT_TOKENS // 2))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from chat.inference_client import Finish, InferenceError
 from chat.models import Message
 from chat.rates import decode_rate
+from chat.usage import ReplyUsage
 from chat.streaming.publish import message_error_data
 
 CANCELLED = "cancelled"
@@ -18,6 +19,11 @@ class Reply:
     message_id: uuid.UUID
     conversation_id: uuid.UUID
     model: str
+    # Whose usage the reply adds to, and the prompt's estimated tokens, used when the
+    # server reports no usage (another engine, or a reply stopped or failed mid-way).
+    owner_id: int | None = None
+    source: str = "page"
+    prompt_estimate: int = 0
     started: float = field(default_factory=time.monotonic)
     # Text published so far; joined only when saved, not once per token.
     parts: list[str] = field(default_factory=list)
@@ -42,12 +48,16 @@ def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:
     duration = time.monotonic() - reply.started
     usage = reply.finish.usage if reply.finish else {}
     completion_tokens = usage.get("completion_tokens") or reply.deltas
+    # Without the server's count, the prompt counts once the model began answering it.
+    prompt_tokens = usage.get("prompt_tokens")
+    if prompt_tokens is None and reply.ttft is not None:
+        prompt_tokens = reply.prompt_estimate
     fields = {
         "content": reply.content,
         "next_seq": reply.seq,
         "ttft_ms": None if reply.ttft is None else round(reply.ttft * 1000),
         "duration_ms": round(duration * 1000),
-        "prompt_tokens": usage.get("prompt_tokens"),
+        "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "model": reply.model,
     }
@@ -72,3 +82,19 @@ def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:
         "tokens_per_second": None if rate is None else round(rate, 1),
         "model": reply.model,
     }
+
+
+def reply_usage(reply: Reply, fields: dict) -> ReplyUsage | None:
+    """What the ended reply adds to its owner's usage (chat/usage.py)."""
+    if reply.owner_id is None:
+        return None
+    return ReplyUsage(
+        user_id=reply.owner_id,
+        source=reply.source,
+        model=fields["model"] or "",
+        status=fields["status"],
+        prompt_tokens=fields["prompt_tokens"] or 0,
+        completion_tokens=fields["completion_tokens"] or 0,
+        ttft_ms=fields["ttft_ms"],
+        duration_ms=fields["duration_ms"],
+    )

@@ -10,6 +10,7 @@ from django.utils import timezone
 from chat.inference_client import ChatRequest
 from chat.models import Message
 from chat.relay import prompt
+from chat.usage import ReplyUsage, usage_record
 
 
 def reply_load(*, message_id: uuid.UUID) -> tuple[Message, ChatRequest]:
@@ -37,8 +38,22 @@ def reply_flush(*, contents: dict[uuid.UUID, tuple[str, int]], alive: list[uuid.
             )
 
 
-def reply_finish(*, message_id: uuid.UUID, fields: dict) -> None:
-    Message.objects.filter(pk=message_id).update(updated_at=timezone.now(), **fields)
+def reply_finish(*, message_id: uuid.UUID, fields: dict, usage: ReplyUsage | None) -> None:
+    """The final state, and the reply's tokens added to its owner's usage, together.
+
+    Counted only when the reply leaves `streaming` here (or its conversation was deleted
+    meanwhile: the tokens were still used). A reply the sweeper already marked interrupted
+    (its relay could not write for RELAY_STALE_AFTER) was counted by the sweeper."""
+    with transaction.atomic():
+        status = (
+            Message.objects.select_for_update(of=("self",))
+            .filter(pk=message_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        Message.objects.filter(pk=message_id).update(updated_at=timezone.now(), **fields)
+        if usage is not None and status in (None, Message.Status.STREAMING):
+            usage_record(usage=usage)
 
 
 def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Message]:
@@ -46,7 +61,8 @@ def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Messa
     cutoff = timezone.now() - datetime.timedelta(seconds=stale_after)
     with transaction.atomic():
         orphans = list(
-            Message.objects.select_for_update()
+            Message.objects.select_for_update(of=("self",))
+            .select_related("conversation", "reply_to")
             .filter(status=Message.Status.STREAMING, updated_at__lt=cutoff)
             .exclude(pk__in=exclude)
         )
@@ -55,7 +71,23 @@ def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Messa
             message.error = "The site restarted while this reply was being written."
             message.retryable = True
             message.save(update_fields=["status", "error", "retryable", "updated_at"])
+            usage_record(usage=_orphan_usage(message))
     return orphans
+
+
+def _orphan_usage(message: Message) -> ReplyUsage:
+    """The relay that measured this reply died with it: count the saved text, and the
+    prompt as the site guesses it (the text shows the model had read it)."""
+    conversation = message.conversation
+    prompt_tokens = prompt.request_tokens(prompt.build_request(message)) if message.content else 0
+    return ReplyUsage(
+        user_id=conversation.owner_id,
+        source=conversation.source,
+        model=message.model,
+        status=message.status,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=len(message.content) // prompt.CHARS_PER_TOKEN,
+    )
 
 
 def _update_streaming_texts(contents: dict[uuid.UUID, tuple[str, int]], now) -> None:

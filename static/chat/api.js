@@ -112,6 +112,16 @@ export const stopSharing = (conversationId) => request("DELETE", `/api/conversat
 
 export const listModels = () => request("GET", "/api/models/");
 
+// ---- usage and API keys
+
+export const getUsage = () => request("GET", "/api/usage/");
+
+export const listKeys = () => request("GET", "/api/keys/");
+
+export const createKey = (name) => request("POST", "/api/keys/", { name });
+
+export const revokeKey = (id) => request("DELETE", `/api/keys/${id}/`);
+
 // ---- page addresses (the browser's location bar, not the API)
 
 export const HOME_PATH = "/";

@@ -11,6 +11,7 @@ import { Settings } from "./settings.js";
 import { PresetPicker } from "./presets.js";
 import { ShareDialog } from "./sharing.js";
 import { installShortcuts } from "./shortcuts.js";
+import { Account } from "./account.js";
 import { isPlainClick } from "./dom.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -96,6 +97,17 @@ const sharing = new ShareDialog({
   onChanged: (id, share) => conversation.isOpen(id) && (conversation.current.share = share),
 });
 $("#share-toggle").addEventListener("click", () => sharing.open());
+const account = new Account({
+  usage: $("#usage"), keyList: $("#key-list"), keyForm: $("#key-form"), keyName: $("#key-name"),
+  secretBox: $("#key-secret"), secretValue: $("#key-secret-value"), copy: $("#key-copy"),
+  status: $("#account-status"), apiBase: $("#api-base"),
+});
+// Settings' own listener has toggled the panel by now: refresh the figures when it opened.
+$("#settings-toggle").addEventListener("click", () => {
+  if (!$("#settings").hidden) account.load();
+  else account.forgetSecret();
+});
+$("#settings-cancel").addEventListener("click", () => account.forgetSecret());
 
 async function openConversation(id, { push = true } = {}) {
   if (conversation.isOpen(id)) return panel.closeIfNarrow();

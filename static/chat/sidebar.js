@@ -65,6 +65,11 @@ export class ConversationList {
     const link = el("a", "conv-link", titleOf(conversation));
     link.href = api.conversationPath(conversation.id);
     link.title = titleOf(conversation);
+    if (conversation.source === "api") {
+      // Made by a program with an API key, not typed here.
+      link.prepend(el("span", "conv-badge", "API"), " ");
+      link.title = `${titleOf(conversation)} (through the API)`;
+    }
     const rename = actionButton(`Rename “${titleOf(conversation)}”`, "conv-rename", ICONS.edit);
     const remove = actionButton(`Delete “${titleOf(conversation)}”`, "conv-delete", ICONS.delete);
     li.append(link, rename, remove);

@@ -1,0 +1,199 @@
+"""Token accounting and quotas.
+
+Every reply adds its tokens to one UsageDay row (user, UTC day, model, page or API) when it
+ends, in the transaction that saves its final state: the totals survive restarts, and a
+reply is counted exactly once, whether it completed, was stopped, failed or was interrupted.
+
+Quotas are checked when a reply is asked for (chat/services.py), against what has been
+counted so far: a reply in progress is never cut, so a user can go past a quota by at most
+the replies they already had running.
+"""
+
+import datetime
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from chat.models import TTFT_BUCKET_FIELDS, TTFT_BUCKETS_MS, Message, TokenQuota, UsageDay
+
+ENDED_AS_FAILURE = {Message.Status.FAILED, Message.Status.INTERRUPTED}
+
+
+@dataclass(frozen=True)
+class ReplyUsage:
+    """What one ended reply used, as the relay (or the sweeper) measured it."""
+
+    user_id: int
+    source: str
+    model: str
+    status: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_ms: int | None = None
+    duration_ms: int | None = None
+
+
+def ttft_bucket_field(ttft_ms: int) -> str:
+    for bound, name in zip(TTFT_BUCKETS_MS, TTFT_BUCKET_FIELDS):
+        if ttft_ms <= bound:
+            return name
+    return TTFT_BUCKET_FIELDS[-1]
+
+
+def _increments(usage: ReplyUsage) -> dict[str, int]:
+    counts = {
+        "prompt_tokens": usage.prompt_tokens or 0,
+        "completion_tokens": usage.completion_tokens or 0,
+        "replies": 1,
+        "failures": int(usage.status in ENDED_AS_FAILURE),
+        "cancellations": int(usage.status == Message.Status.CANCELLED),
+    }
+    if usage.ttft_ms is not None:
+        counts.update({"ttft_count": 1, "ttft_ms_total": usage.ttft_ms,
+                       ttft_bucket_field(usage.ttft_ms): 1})
+        tokens = usage.completion_tokens or 0
+        decode_ms = (usage.duration_ms or 0) - usage.ttft_ms
+        # The same rule as chat.rates.decode_rate: the first token's wait is not speed.
+        if tokens >= 2 and decode_ms > 0:
+            counts.update({"decode_tokens": tokens - 1, "decode_ms": decode_ms})
+    return counts
+
+
+def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None:
+    """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
+    reply's final state, so that the two commit together or not at all."""
+    key = {"user_id": usage.user_id, "day": day or timezone.localdate(),
+           "model": usage.model[:200], "source": usage.source}
+    counts = _increments(usage)
+    added = {name: F(name) + value for name, value in counts.items()}
+    if UsageDay.objects.filter(**key).update(**added):
+        return
+    try:
+        # A savepoint: on PostgreSQL a failed INSERT would abort the whole transaction.
+        with transaction.atomic():
+            UsageDay.objects.create(**key, **counts)
+    except IntegrityError:  # another reply of this user created the row first
+        UsageDay.objects.filter(**key).update(**added)
+
+
+# --- what a user used ----------------------------------------------------------------
+
+
+def period_starts(now: datetime.datetime | None = None) -> dict[str, datetime.date]:
+    today = timezone.localdate(now)
+    return {"day": today, "month": today.replace(day=1)}
+
+
+def resets_at(period: str, now: datetime.datetime | None = None) -> datetime.datetime:
+    """When a daily or monthly quota starts again: the next UTC midnight, or the first of
+    next month."""
+    today = timezone.localdate(now)
+    if period == "daily":
+        start = today + datetime.timedelta(days=1)
+    else:
+        start = (today.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
+    return datetime.datetime.combine(start, datetime.time(), tzinfo=datetime.timezone.utc)
+
+
+FIGURES = ("prompt_tokens", "completion_tokens", "replies")
+
+
+def user_usage(*, user, now: datetime.datetime | None = None) -> dict[str, dict]:
+    """The user's tokens and replies today and this month (UTC), counted as replies end.
+    One query over at most a month of the user's rows."""
+    starts = period_starts(now)
+    rows = UsageDay.objects.filter(user=user, day__gte=starts["month"], day__lte=starts["day"])
+    sums = {}
+    for name in FIGURES:
+        sums[f"today_{name}"] = Coalesce(Sum(name, filter=Q(day=starts["day"])), 0)
+        sums[f"month_{name}"] = Coalesce(Sum(name), 0)
+    totals = rows.aggregate(**sums)
+    usage = {}
+    for period in ("today", "month"):
+        figures = {name: totals[f"{period}_{name}"] for name in FIGURES}
+        figures["total_tokens"] = figures["prompt_tokens"] + figures["completion_tokens"]
+        usage[period] = figures
+    return usage
+
+
+# --- quotas --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    period: str  # "daily" or "monthly"
+    tokens: int | None  # None: no limit
+    set_by: str  # "user", "group" or "site"
+
+
+PERIODS = (("daily", "daily_tokens", "CHAT_DAILY_TOKEN_QUOTA"),
+           ("monthly", "monthly_tokens", "CHAT_MONTHLY_TOKEN_QUOTA"))
+
+
+def _most_generous(values: list[int]) -> int:
+    return 0 if 0 in values else max(values)
+
+
+def user_limits(*, user) -> list[Limit]:
+    """The quotas that apply to the user: their own override, else the most generous of
+    their groups' overrides, else the site's; 0 at any level means no limit."""
+    own = TokenQuota.objects.filter(user=user).first()
+    groups = list(TokenQuota.objects.filter(group__user=user))
+    limits = []
+    for period, field, setting in PERIODS:
+        group_values = [getattr(q, field) for q in groups if getattr(q, field) is not None]
+        if own is not None and getattr(own, field) is not None:
+            value, set_by = getattr(own, field), "user"
+        elif group_values:
+            value, set_by = _most_generous(group_values), "group"
+        else:
+            value, set_by = getattr(settings, setting), "site"
+        limits.append(Limit(period, value or None, set_by))
+    return limits
+
+
+@dataclass(frozen=True)
+class QuotaState:
+    limit: Limit
+    used: int
+    resets_at: datetime.datetime
+
+    @property
+    def exceeded(self) -> bool:
+        return self.limit.tokens is not None and self.used >= self.limit.tokens
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit.tokens is None else max(0, self.limit.tokens - self.used)
+
+
+def user_quotas(*, user, now: datetime.datetime | None = None,
+                usage: dict | None = None) -> list[QuotaState]:
+    usage = usage or user_usage(user=user, now=now)
+    used = {"daily": usage["today"]["total_tokens"], "monthly": usage["month"]["total_tokens"]}
+    return [QuotaState(limit, used[limit.period], resets_at(limit.period, now))
+            for limit in user_limits(user=user)]
+
+
+def quota_exceeded(*, user, now: datetime.datetime | None = None) -> QuotaState | None:
+    """The first quota the user has used up, or None. Skips the usage query when no quota
+    applies (the default)."""
+    limits = user_limits(user=user)
+    if all(limit.tokens is None for limit in limits):
+        return None
+    return next((q for q in user_quotas(user=user, now=now) if q.exceeded), None)
+
+
+def quota_sentence(state: QuotaState, now: datetime.datetime | None = None) -> str:
+    now = now or timezone.now()
+    left = state.resets_at - now
+    hours, minutes = divmod(max(1, round(left.total_seconds() / 60)), 60)
+    wait = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    when = state.resets_at.strftime("%Y-%m-%d %H:%M UTC")
+    tokens = f"{state.limit.tokens:,} token{'s' if state.limit.tokens != 1 else ''}"
+    return (f"You have used your {state.limit.period} quota of {tokens}. "
+            f"It resets at {when} (in {wait}).")

@@ -24,7 +24,11 @@ def slow_inference(live_dir):
 
 def test_site_killed_mid_reply_is_interrupted_with_its_text_after_restart(live_dir, slow_inference):
     var = live_dir / f"killed-site-{slow_inference.port}"
-    env = dict(INFERENCE_URLS=slow_inference.url, RELAY_STALE_AFTER=2)
+    # The restarted site's first sweep runs at its first request, before the stream below
+    # can open: the reply must not be stale yet then, or its message.error goes out before
+    # anyone listens. Two seconds was less than a restart takes on a loaded machine; with
+    # six, the sweep five seconds later marks it, with the stream open.
+    env = dict(INFERENCE_URLS=slow_inference.url, RELAY_STALE_AFTER=6)
     site = SiteServer(live_dir, var, **env).start()
     client = SiteClient(site.url).signup("victim")
     conversation = client.new_conversation()

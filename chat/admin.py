@@ -8,7 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from chat import exports, selectors
+from chat import exports, sampling, selectors
 from chat.models import Conversation, Message, Preset
 from chat.permissions import can_review
 
@@ -111,6 +111,7 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
         "temperature",
         "top_p",
         "max_tokens",
+        *sampling.NAMES,
         "source",
         "created_at",
         "updated_at",
@@ -239,7 +240,7 @@ class PresetAdmin(admin.ModelAdmin):
     list_filter = ("is_active",)
     search_fields = ("name", "description", "system_prompt")
     fields = ("name", "description", "system_prompt", "temperature", "top_p", "max_tokens",
-              "is_active")
+              *sampling.NAMES, "is_active")
 
 
 # Usage, quotas and API keys register their own admins.

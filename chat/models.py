@@ -7,7 +7,30 @@ from django.db import models
 from chat.rates import decode_rate
 
 
-class Preset(models.Model):
+class SamplingFields(models.Model):
+    """The sampling settings of chat/sampling.py; blank: the preset's, then the site's."""
+
+    repetition_penalty = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.5), MaxValueValidator(2)]
+    )
+    frequency_penalty = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(-2), MaxValueValidator(2)]
+    )
+    presence_penalty = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(-2), MaxValueValidator(2)]
+    )
+    top_k = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(1000)]
+    )
+    min_p = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)]
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Preset(SamplingFields):
     """A prepared assistant staff offer when a chat starts: a system prompt and sampling
     settings. A conversation's own settings win over its preset's."""
 
@@ -36,7 +59,7 @@ class Preset(models.Model):
         return self.name
 
 
-class Conversation(models.Model):
+class Conversation(SamplingFields):
     class Source(models.TextChoices):
         PAGE = "page"
         API = "api"  # a call to the site's /v1/chat/completions with an API key

@@ -2,6 +2,7 @@
 
 from django.urls import reverse
 
+from chat import sampling
 from chat.models import ApiKey, Conversation, Feedback, Message, Preset, ShareLink
 from chat.streaming.channels import events_url
 
@@ -79,6 +80,7 @@ def conversation_json(conversation: Conversation, path=None) -> dict:
         "temperature": conversation.temperature,
         "top_p": conversation.top_p,
         "max_tokens": conversation.max_tokens,
+        **{name: getattr(conversation, name) for name in sampling.NAMES},
         "preset": preset_json(conversation.preset),
         "source": conversation.source,
         "created_at": conversation.created_at.isoformat(),

@@ -6,6 +6,8 @@ import uuid
 
 from django.conf import settings
 
+from chat import sampling
+
 
 class InvalidInput(Exception):
     def __init__(self, message: str):
@@ -61,6 +63,7 @@ def clean_number(value, *, name: str, low: float, high: float, integer: bool = F
 
 CONVERSATION_FIELDS = {
     "title", "system_prompt", "model", "temperature", "top_p", "max_tokens", "preset",
+    *sampling.NAMES,
 }
 FEEDBACK_MAX_COMMENT_CHARS = 2000
 
@@ -92,6 +95,12 @@ def clean_uuid(value, *, name: str) -> uuid.UUID:
         raise InvalidInput(f"`{name}` must be a message id.") from None
 
 
+def _knob_cleaner(knob):
+    return lambda v: clean_number(
+        v, name=knob.name, low=knob.low, high=knob.high, integer=knob.integer
+    )
+
+
 def conversation_fields(data: dict, *, partial: bool) -> dict:
     """The checked fields; `preset` stays an id (or None) for the caller to look up."""
     only_fields(data, CONVERSATION_FIELDS)
@@ -104,11 +113,13 @@ def conversation_fields(data: dict, *, partial: bool) -> dict:
         ),
         "model": lambda v: clean_text(v, name="model", max_chars=200, required=False).strip(),
         "temperature": lambda v: clean_number(v, name="temperature", low=0, high=2),
-        "top_p": lambda v: clean_number(v, name="top_p", low=0, high=1),
+        # The servers refuse 0 (OpenAI: "greater than 0"); temperature 0 is the greedy choice.
+        "top_p": lambda v: clean_number(v, name="top_p", low=0.01, high=1),
         "max_tokens": lambda v: clean_number(
             v, name="max_tokens", low=1, high=settings.INFERENCE_CONTEXT_TOKENS, integer=True
         ),
         "preset": lambda v: clean_id(v, name="preset"),
+        **{knob.name: _knob_cleaner(knob) for knob in sampling.KNOBS},
     }
     return {name: cleaners[name](value) for name, value in data.items()}
 

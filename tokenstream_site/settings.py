@@ -27,6 +27,14 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+def env_optional_float(name: str, default: float | None) -> float | None:
+    """A number, or None when the variable is set but empty."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return float(raw) if raw.strip() else None
+
+
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     return float(value) if value.strip() else default
@@ -252,6 +260,13 @@ CHAT_DEFAULT_MAX_TOKENS = env_int("CHAT_DEFAULT_MAX_TOKENS", 1024)
 # topic and still vary the answers.
 CHAT_DEFAULT_TEMPERATURE = env_float("CHAT_DEFAULT_TEMPERATURE", 0.5)
 CHAT_DEFAULT_TOP_P = env_float("CHAT_DEFAULT_TOP_P", 0.9)
+# Against repetition loops, chosen with bench/quality.py on the bundled model (bench/README.md).
+# A conversation or preset may set its own; "" (empty) sends none, leaving the server's.
+CHAT_DEFAULT_REPETITION_PENALTY = env_optional_float("CHAT_DEFAULT_REPETITION_PENALTY", None)
+CHAT_DEFAULT_FREQUENCY_PENALTY = env_optional_float("CHAT_DEFAULT_FREQUENCY_PENALTY", None)
+CHAT_DEFAULT_PRESENCE_PENALTY = env_optional_float("CHAT_DEFAULT_PRESENCE_PENALTY", None)
+CHAT_DEFAULT_TOP_K = env_optional_float("CHAT_DEFAULT_TOP_K", None)
+CHAT_DEFAULT_MIN_P = env_optional_float("CHAT_DEFAULT_MIN_P", None)
 CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
 # Replies started per minute: sends, edits and regenerates alike.
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)

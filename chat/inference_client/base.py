@@ -12,6 +12,8 @@ class ChatRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    # More sampling settings by their OpenAI/vLLM names (chat/sampling.py); None: not sent.
+    sampling: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

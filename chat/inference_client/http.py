@@ -62,7 +62,7 @@ class HttpInferenceClient(InferenceClient):
         return sorted(self.urls, key=lambda url: self.in_flight[url])
 
     async def stream_chat(self, request: ChatRequest):
-        body = json.dumps(_request_body(request)).encode()
+        body = json.dumps(request_body(request)).encode()
         deadline = time.monotonic() + settings.INFERENCE_BUSY_RETRY_SECONDS
         backoff = 0.25
         while True:
@@ -119,7 +119,7 @@ class HttpInferenceClient(InferenceClient):
         self._clients.clear()
 
 
-def _request_body(request: ChatRequest) -> dict:
+def request_body(request: ChatRequest) -> dict:
     body = {
         "messages": request.messages,
         "stream": True,
@@ -131,6 +131,7 @@ def _request_body(request: ChatRequest) -> dict:
         value = getattr(request, name)
         if value is not None:
             body[name] = value
+    body.update({name: value for name, value in request.sampling.items() if value is not None})
     return body
 
 

@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from chat import selectors
+from chat import sampling, selectors
 from chat.inference_client import ChatRequest
 from chat.models import Conversation, Message
 
@@ -66,6 +66,14 @@ def generation_for(conversation: Conversation) -> dict:
         "max_tokens": reply_max_tokens(
             _first_set(conversation.max_tokens, preset and preset.max_tokens)
         ),
+        **{
+            knob.name: _first_set(
+                getattr(conversation, knob.name),
+                preset and getattr(preset, knob.name),
+                sampling.site_default(knob),
+            )
+            for knob in sampling.KNOBS
+        },
     }
 
 
@@ -100,4 +108,5 @@ def build_request(reply: Message) -> ChatRequest:
         max_tokens=max_tokens,
         temperature=generation["temperature"],
         top_p=generation["top_p"],
+        sampling={name: generation.get(name) for name in sampling.NAMES},
     )

@@ -81,6 +81,7 @@ const settings = new Settings({
   fields: {
     preset: $("#set-preset"), system: $("#set-system"), model: $("#set-model"),
     temperature: $("#set-temperature"), maxTokens: $("#set-max-tokens"),
+    knobs: [...document.querySelectorAll("[data-knob]")],
   },
   hint: $("#set-system-hint"), badge: $("#preset-badge"), presets,
   current: () => conversation.current,

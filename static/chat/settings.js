@@ -1,4 +1,5 @@
-// The conversation settings panel: preset, system prompt, model, temperature, max tokens.
+// The conversation settings panel: preset, system prompt, model, temperature, max tokens,
+// and the sampling settings against repetition (one input each, marked data-knob).
 // Before a new chat's first message they are kept as a draft, sent when the conversation is
 // created. The header's badge names the preset in use; a system prompt of the chat's own
 // replaces the preset's.
@@ -7,7 +8,7 @@ import * as api from "./api.js";
 const SYSTEM_PLACEHOLDER = "Optional instructions for the model";
 
 export class Settings {
-  // fields: { preset, system, model, temperature, maxTokens }; hint: the line under the
+  // fields: { preset, system, model, temperature, maxTokens, knobs: [inputs] }; hint: the line under the
   // system prompt; badge: the header's preset name. presets: a PresetPicker (the list).
   // current() -> the open conversation's JSON or null. onSaved(conversation) with the API's
   // answer.
@@ -106,6 +107,7 @@ export class Settings {
     this.setModel(conversation.model || "");
     this.fields.temperature.value = conversation.temperature ?? "";
     this.fields.maxTokens.value = conversation.max_tokens ?? "";
+    for (const input of this.fields.knobs) input.value = conversation[input.dataset.knob] ?? "";
   }
 
   // A conversation may name a model the server no longer lists: keep it choosable.
@@ -150,6 +152,9 @@ export class Settings {
       model: model.value,
       temperature: number(temperature, false),
       max_tokens: number(maxTokens, true),
+      ...Object.fromEntries(
+        this.fields.knobs.map((input) => [input.dataset.knob, number(input, "integer" in input.dataset)]),
+      ),
     };
   }
 

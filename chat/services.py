@@ -92,8 +92,11 @@ def _check_message_rate(*, user) -> None:
 def _locked(conversation_id) -> Conversation:
     # Lock the conversation so two requests cannot both pass the streaming check, nor
     # both move the active leaf.
+    # of=("self",): PostgreSQL cannot lock the nullable side of the preset's outer join.
     return (
-        Conversation.objects.select_for_update().select_related("preset").get(pk=conversation_id)
+        Conversation.objects.select_for_update(of=("self",))
+        .select_related("preset")
+        .get(pk=conversation_id)
     )
 
 

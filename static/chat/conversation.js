@@ -107,7 +107,7 @@ export class Conversation {
       this.thread.add(message, reply);
       reply?.snapshot(message);
     }
-    this.keepStreaming(keep, conversation.streaming_reply);
+    const stale = this.keepStreaming(keep, conversation.streaming_reply);
     for (const view of pending) this.thread.append(view);
     this.hooks.shown(conversation);
     for (const message of conversation.messages || []) {
@@ -116,22 +116,30 @@ export class Conversation {
     for (const id of this.thread.offPath.keys()) this.replayHeld(id);
     this.updateControls();
     if (wasStuck) this.scroll.toEnd();
+    // A snapshot older than what the page saw (a slow GET overtaken by a send): ask again.
+    if (stale) setTimeout(() => this.isOpen(conversation.id) && this.reload(), UNKNOWN_REPLY_WAIT_MS);
   }
 
   // Live replies not on the shown path: one still streaming stays (off the page), the rest
   // go. streaming: the API's streaming_reply, which the page may not know yet (after a
-  // reload on another branch).
+  // reload on another branch). True when the snapshot did not know a reply the page streams.
   keepStreaming(kept, streaming) {
     const settled = () => this.updateControls();
+    let stale = false;
     for (const reply of kept.values()) {
-      if (reply.streaming) this.thread.keepOffPath(reply, settled);
-      else reply.dispose();
+      if (!reply.streaming) {
+        reply.dispose();
+        continue;
+      }
+      this.thread.keepOffPath(reply, settled);
+      stale ||= streaming?.id !== reply.id;
     }
     if (streaming && !this.thread.has(streaming.id)) {
       const known = this.thread.offPath.get(streaming.id);
       if (known) known.snapshot(streaming);
       else this.thread.keepOffPath(new Reply(streaming), settled);
     }
+    return stale;
   }
 
   // Replace whatever is shown by this conversation and follow its events.

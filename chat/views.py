@@ -33,7 +33,10 @@ def conversation_page(request, conversation_id: uuid.UUID):
         conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
-    initial = conversation_detail_json(selectors.conversation_detail(conversation=conversation))
+    detail = selectors.conversation_detail(
+        conversation=conversation, limit=settings.CHAT_MESSAGES_PAGE_SIZE
+    )
+    initial = conversation_detail_json(detail)
     return render(request, "chat/chat.html", {"initial": initial, "conversation": conversation})
 
 

@@ -71,7 +71,9 @@ export const listConversations = (query = "") =>
 
 export const createConversation = (settings = {}) => request("POST", "/api/conversations/", settings);
 
-export const getConversation = (id) => request("GET", `/api/conversations/${id}/`);
+// before: a message id (the page's `earlier_cursor`) for the part of a long path above it.
+export const getConversation = (id, { before } = {}) =>
+  request("GET", `/api/conversations/${id}/${before ? `?before=${encodeURIComponent(before)}` : ""}`);
 
 export const updateConversation = (id, fields) => request("PATCH", `/api/conversations/${id}/`, fields);
 

@@ -109,6 +109,7 @@ export class Conversation {
     }
     const stale = this.keepStreaming(keep, conversation.streaming_reply);
     for (const view of pending) this.thread.append(view);
+    this.thread.showEarlier(conversation.earlier_cursor, (cursor) => this.loadEarlier(conversation.id, cursor));
     this.hooks.shown(conversation);
     for (const message of conversation.messages || []) {
       if (message.role === "assistant") this.replayHeld(message.id);
@@ -118,6 +119,22 @@ export class Conversation {
     if (wasStuck) this.scroll.toEnd();
     // A snapshot older than what the page saw (a slow GET overtaken by a send): ask again.
     if (stale) setTimeout(() => this.isOpen(conversation.id) && this.reload(), UNKNOWN_REPLY_WAIT_MS);
+  }
+
+  // The page of the path above the first shown message; the reader's view stays put.
+  async loadEarlier(id, cursor) {
+    try {
+      const page = await api.getConversation(id, { before: cursor });
+      if (!this.isOpen(id)) return;
+      const anchor = this.thread.get(this.thread.order[0])?.root;
+      const top = anchor?.getBoundingClientRect().top;
+      this.thread.prepend(page.messages || []);
+      this.thread.showEarlier(page.earlier_cursor, (next) => this.loadEarlier(id, next));
+      const scroller = anchor?.closest("#messages-scroll");
+      if (scroller) scroller.scrollTop += anchor.getBoundingClientRect().top - top;
+    } catch (error) {
+      this.notice.show(`Couldn't load earlier messages: ${error.message}`);
+    }
   }
 
   // Live replies not on the shown path: one still streaming stays (off the page), the rest

@@ -2,6 +2,7 @@
 // on a branch the user switched away from (offPath): those go on receiving their events
 // unseen, and are shown, complete, when their branch is shown again.
 import * as api from "./api.js";
+import { el } from "./dom.js";
 
 export class Thread {
   // container: the element holding the views. makeView(message, reply) -> a view of
@@ -84,8 +85,49 @@ export class Thread {
     view.confirm(saved);
   }
 
+  // A long path comes a page at a time: a button above the first message loads the part
+  // before it (load(cursor)), by click or once it scrolls into view.
+  showEarlier(cursor, load) {
+    this.earlierObserver?.disconnect();
+    this.earlier?.remove();
+    this.earlier = null;
+    if (!cursor) return;
+    const button = el("button", "button subtle load-earlier", "Load earlier messages");
+    button.type = "button";
+    let loading = false;
+    const go = () => {
+      if (loading) return;
+      loading = true;
+      button.textContent = "Loading…";
+      load(cursor).finally(() => { loading = false; button.textContent = "Load earlier messages"; });
+    };
+    button.addEventListener("click", go);
+    this.container.prepend(button);
+    this.earlier = button;
+    if (typeof IntersectionObserver === "function") {
+      this.earlierObserver = new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && go());
+      this.earlierObserver.observe(button);
+    }
+  }
+
+  // Messages older than every shown one (a page of the path), above them in order.
+  prepend(messages) {
+    const before = this.earlier ? this.earlier.nextSibling : this.container.firstChild;
+    for (const message of messages) {
+      if (this.views.has(message.id)) continue;
+      const view = this.makeView(message, null);
+      this.views.set(view.id, view);
+      this.container.insertBefore(view.root, before);
+      if (view.kind === "assistant") view.paint();
+    }
+    const added = messages.map((m) => m.id).filter((id) => !this.order.includes(id));
+    this.order = [...added, ...this.order];
+  }
+
   // Empties the page. keepReplies: leave the Replies alive (a re-render takes them over).
   clear({ keepReplies = false } = {}) {
+    this.earlierObserver?.disconnect();
+    this.earlier = null;
     if (!keepReplies) this.eachReply((reply) => reply.dispose());
     this.views.clear();
     this.offPath.clear();

@@ -5,6 +5,7 @@ from django.contrib.auth.models import Permission
 
 from chat.inference_client import reset_client
 from tests.support import factories
+from tests.support.api import signed_in
 from tests.support.postgres import Unavailable, scratch_database
 from tests.support.processes import InferenceServer, free_port
 
@@ -86,3 +87,14 @@ def postgres_url():
             yield url
     except Unavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def user(db):
+    return factories.create_user()
+
+
+@pytest.fixture
+def api(user):
+    """The user signed in, through Django's test client."""
+    return signed_in(user)

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import ROOT
-
 from tests.support.site_client import SiteClient
 
 CHROMIUM = "/usr/bin/chromium"

@@ -5,66 +5,24 @@ import time
 
 import pytest
 
+from tests.e2e.page_helpers import (
+    conversation_id,
+    norm,
+    reply_status,
+    reply_text,
+    saved_reply,
+    send,
+    wait_reply_status,
+    wait_reply_words,
+    words,
+)
 from tests.support.factories import unique_name
-from tests.support.processes import InferenceServer, SiteServer, free_port
 from tests.support.site_client import SiteClient
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 PASSWORD = "a-Long-pass-phrase-9"
 
-
-def norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def words(n: int, prefix: str = "w") -> str:
-    return " ".join(f"{prefix}{i:04d}" for i in range(n))
-
-
-def send(page, text: str) -> None:
-    page.fill("#prompt", text)
-    page.press("#prompt", "Enter")
-
-
-def reply_status(page) -> str | None:
-    return page.evaluate(
-        "() => { const m = [...document.querySelectorAll('.msg-assistant')].pop();"
-        " return m ? m.dataset.status : null }"
-    )
-
-
-def wait_reply_status(page, status: str, timeout: float = 20000) -> None:
-    page.wait_for_function(
-        "s => { const m = [...document.querySelectorAll('.msg-assistant')].pop();"
-        " return Boolean(m) && m.dataset.status === s }",
-        arg=status,
-        timeout=timeout,
-    )
-
-
-def reply_text(page) -> str:
-    return page.locator(".msg-assistant .msg-body").last.inner_text()
-
-
-def wait_reply_words(page, count: int, timeout: float = 15000) -> None:
-    page.wait_for_function(
-        "n => { const m = [...document.querySelectorAll('.msg-assistant .msg-body')].pop();"
-        " return Boolean(m) && m.innerText.split(/\\s+/).filter(Boolean).length >= n }",
-        arg=count,
-        timeout=timeout,
-    )
-
-
-def conversation_id(page) -> str:
-    match = re.search(r"/c/([0-9a-f-]{36})/", page.url)
-    assert match, page.url
-    return match.group(1)
-
-
-def saved_reply(client: SiteClient, conv_id: str) -> dict:
-    data = client.api("GET", f"/api/conversations/{conv_id}/").json()
-    return [m for m in data["messages"] if m["role"] == "assistant"][-1]
 
 
 def test_sign_in(open_page, live_site):
@@ -346,74 +304,6 @@ def test_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, sc
     login = open_page(live_site.url, color_scheme=scheme, viewport={"width": 390, "height": 844})
     login.goto("/accounts/login/")
     login.screenshot(path=str(screenshot_dir / f"login-phone-{scheme}.png"))
-
-
-@pytest.fixture
-def flaky_pair(tmp_path):
-    """A site with its own slow inference server; a test may kill and restart either."""
-    port = free_port()
-    servers = [InferenceServer(tmp_path, engine="fake", port=port, FAKE_TOKENS_PER_SECOND=5).start()]
-    env = dict(
-        INFERENCE_URLS=servers[0].url,
-        INFERENCE_FIRST_TOKEN_TIMEOUT=10,
-        INFERENCE_READ_TIMEOUT=3,
-        CHAT_MESSAGES_PER_MINUTE=1000,
-    )
-    sites = [SiteServer(tmp_path, tmp_path / "var", **env).start()]
-
-    def restart_inference():
-        servers.append(
-            InferenceServer(tmp_path, engine="fake", port=port, FAKE_TOKENS_PER_SECOND=5).start()
-        )
-
-    def restart_site():
-        sites.append(SiteServer(tmp_path, tmp_path / "var", port=sites[0].port, **env).start(migrate=False))
-
-    yield sites, servers, restart_inference, restart_site
-    for process in sites + servers:
-        process.stop()
-
-
-def test_process_deaths_show_errors_and_recover(flaky_pair, open_page, page_errors):
-    """The inference server dies mid-reply: the error shows with Retry, and Retry works once
-    it is back. Then the site itself restarts: the page says it is reconnecting, resumes."""
-    sites, servers, restart_inference, restart_site = flaky_pair
-    site = sites[0]
-    client = SiteClient(site.url).signup(unique_name())
-    page = open_page(site.url, client)
-    page.goto("/")
-    page.wait_for_selector("html[data-ready='1']")
-    text = words(12, "k")  # 2.4 s at 5 tokens/s
-    send(page, text)
-    wait_reply_words(page, 2)
-    servers[0].kill()
-    error = page.locator(".msg-assistant .msg-error").last
-    error.wait_for(state="visible", timeout=15000)
-    assert norm(error.locator(".msg-error-text").inner_text())
-    assert reply_status(page) in ("failed", "interrupted")
-    partial = norm(reply_text(page))
-    assert partial and text.startswith(partial)
-    saved = saved_reply(client, conversation_id(page))
-    assert saved["status"] in ("failed", "interrupted")
-    restart_inference()
-    page.locator(".msg-assistant .msg-error button", has_text="Retry").click()
-    wait_reply_status(page, "complete", timeout=20000)
-    assert norm(reply_text(page)) == text
-    assert page.locator(".msg-assistant").count() == 1
-    assert page.locator(".msg-error:visible").count() == 0
-
-    # The site goes away: EventSource retries (CONNECTING) and the page says so.
-    page_errors.allow(r"ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_CONNECTION_REFUSED|ERR_EMPTY_RESPONSE")
-    site.kill()
-    page.wait_for_selector("#conn-status:text('Reconnecting')", timeout=10000)
-    restart_site()
-    page.wait_for_function(
-        "() => document.querySelector('#conn-status').textContent === ''", timeout=15000
-    )
-    send(page, "after the restart")
-    page.wait_for_function("() => document.querySelectorAll('.msg-assistant').length === 2")
-    wait_reply_status(page, "complete", timeout=20000)
-    assert norm(reply_text(page)) == "after the restart"
 
 
 def test_api_error_is_shown(chat_page, page_errors):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.e2e.test_chat_page import (
+from tests.e2e.page_helpers import (
     conversation_id,
     norm,
     reply_text,

@@ -28,3 +28,8 @@ def finish_replies(conversation=None, content: str = "done") -> None:
     if conversation is not None:
         replies = replies.filter(conversation=conversation)
     replies.update(status=Message.Status.COMPLETE, content=content, finish_reason="stop")
+
+
+def post(client, path, payload=None, raw=None, method="post"):
+    """call() with the path first: payload as JSON (raw as it is) with `method`."""
+    return call(client, method, path, payload, raw)

@@ -31,7 +31,8 @@ from bench.measure import HEADER, PROMPTS, Result, percentile
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine
 from inference.model_store import LoadedModel, prepare_model
-from inference.scheduler import SamplingParams, TokenEvent
+from inference.sampling_params import SamplingParams
+from inference.scheduler import TokenEvent
 from inference.settings import Settings
 
 Measure = Callable[[int, int], Result]  # (concurrent streams, tokens each) -> what it measured

@@ -120,8 +120,8 @@ def with_logprobs(tokens: list[int], raw: RawLogprobs | None, seqs: list[Sequenc
     chosen_ids = torch.tensor([tokens[r] for r in rows], device=logprobs.device)
     chosen = logprobs.gather(1, chosen_ids[:, None]).squeeze(1).tolist()
     k = max(seqs[r].params.top_logprobs for r in rows)
-    top_lp, top_ids = logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], logprobs[:, :0].long())
-    top_lp, top_ids = top_lp.tolist(), top_ids.tolist()
+    top = logprobs.topk(k, dim=-1)  # k = 0 gives empty rows
+    top_lp, top_ids = top.values.tolist(), top.indices.tolist()
     for i, r in enumerate(rows):
         n = seqs[r].params.top_logprobs
         out[r] = Sampled(tokens[r], chosen[i], tuple(zip(top_ids[i][:n], top_lp[i][:n], strict=True)))

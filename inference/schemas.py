@@ -58,6 +58,11 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 UNSUPPORTED_PREFIXES = ("guided_",)  # vLLM's guided decoding: guided_json, guided_regex...
 
 
+# Fields passed to the sampler as given; null or absent: SamplingParams' default.
+KNOBS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+         "top_logprobs", "seed")
+
+
 class ChatCompletionRequest(BaseModel):
     """OpenAI's request body plus vLLM's sampling extensions (meanings: sampling_params).
     A null sampling field means its default, as OpenAI's API reads it."""
@@ -111,20 +116,11 @@ class ChatCompletionRequest(BaseModel):
         return None
 
     def sampling(self, max_tokens: int) -> SamplingParams:
-        defaults = SamplingParams(max_tokens=max_tokens)
-
-        def given(name: str) -> Any:
-            value = getattr(self, name)
-            return getattr(defaults, name) if value is None else value
-
-        bias = tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
+        given = {name: getattr(self, name) for name in KNOBS if getattr(self, name) is not None}
         return SamplingParams(
-            max_tokens=max_tokens, temperature=given("temperature"), top_p=given("top_p"),
-            top_k=max(0, given("top_k")), min_p=given("min_p"),
-            frequency_penalty=given("frequency_penalty"), presence_penalty=given("presence_penalty"),
-            repetition_penalty=given("repetition_penalty"), logit_bias=bias,
-            logprobs=bool(self.logprobs), top_logprobs=given("top_logprobs"),
-            seed=self.seed, stop=tuple(self.stop or ()), ignore_eos=self.ignore_eos,
+            max_tokens=max_tokens, **given, top_k=max(0, self.top_k or 0),
+            logit_bias=tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items()),
+            logprobs=bool(self.logprobs), stop=tuple(self.stop or ()), ignore_eos=self.ignore_eos,
         )
 
     def token_limit(self) -> int | None:

@@ -168,7 +168,7 @@ class Engine:
                 f"This model's maximum context length is {self.context_length} tokens; "
                 f"the messages use {len(prompt_ids)} tokens."
             )
-        self._check(params)
+        self._check_params(params)
         # clamp: prompt + max_tokens <= context
         params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
         seq = Sequence(prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload)
@@ -176,7 +176,7 @@ class Engine:
         self._seqs[seq.request_id] = seq
         return Generation(self, seq)
 
-    def _check(self, params: SamplingParams) -> None:
+    def _check_params(self, params: SamplingParams) -> None:
         if self.vocab_size is None:
             return
         outside = [token for token, _ in params.logit_bias if not 0 <= token < self.vocab_size]

@@ -4,7 +4,6 @@ and OpenAI's formula computed by hand, token by token."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
@@ -13,27 +12,10 @@ import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from inference.penalties import adjust_logits
-from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence
+from tests.support.inference_app import bare_sequence
 
 VOCAB = 300
-
-
-class _NoText:
-    def push(self, token_id: int) -> str:
-        return ""
-
-    def flush(self) -> str:
-        return ""
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return b""
-
-
-def _seq(prompt: list[int], generated: list[int], **params: Any) -> Sequence:
-    seq = Sequence(prompt, SamplingParams(max_tokens=50, **params), _NoText(), asyncio.Queue())
-    seq.generated = list(generated)
-    return seq
 
 
 def _logits(rows: int, seed: int = 0) -> torch.Tensor:
@@ -47,7 +29,7 @@ REPLY = [7, 9, 9, 9, 200, 5, 11]
 @pytest.mark.parametrize("penalty", [1.3, 0.7, 2.0])
 def test_repetition_penalty_is_transformers_own(penalty: float) -> None:
     logits = _logits(1)
-    got = adjust_logits(logits, [_seq(PROMPT, REPLY, repetition_penalty=penalty)])
+    got = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, repetition_penalty=penalty)])
     # transformers applies it over the whole input: prompt AND generated tokens
     want = RepetitionPenaltyLogitsProcessor(penalty)(torch.tensor([PROMPT + REPLY]), logits.clone())
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -56,7 +38,7 @@ def test_repetition_penalty_is_transformers_own(penalty: float) -> None:
 @pytest.mark.parametrize(("frequency", "presence"), [(0.5, 0.0), (0.0, 1.5), (1.0, -0.5), (-2.0, 2.0)])
 def test_frequency_and_presence_penalties_follow_openais_formula(frequency: float, presence: float) -> None:
     logits = _logits(1, seed=1)
-    got = adjust_logits(logits, [_seq(PROMPT, REPLY, frequency_penalty=frequency, presence_penalty=presence)])
+    got = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, frequency_penalty=frequency, presence_penalty=presence)])
     want = logits.clone()
     for token, count in Counter(REPLY).items():  # generated tokens only: the prompt does not count
         want[0, token] -= count * frequency + (count > 0) * presence
@@ -66,7 +48,7 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency: floa
 
 def test_logit_bias_adds_to_the_named_tokens_only() -> None:
     logits = _logits(1, seed=2)
-    got = adjust_logits(logits, [_seq(PROMPT, REPLY, logit_bias=((3, -100.0), (250, 7.5)))])
+    got = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, logit_bias=((3, -100.0), (250, 7.5)))])
     want = logits.clone()
     want[0, 3] += -100.0
     want[0, 250] += 7.5
@@ -75,11 +57,11 @@ def test_logit_bias_adds_to_the_named_tokens_only() -> None:
 
 def test_each_row_gets_its_own_settings_and_untouched_rows_stay_bit_identical() -> None:
     logits = _logits(4, seed=3)
-    seqs = [_seq(PROMPT, REPLY, repetition_penalty=1.5), _seq([1, 2], [3, 3]),
-            _seq([4], [9, 9, 10], frequency_penalty=0.8, logit_bias=((0, 2.0),)), _seq(PROMPT, REPLY)]
+    seqs = [bare_sequence(PROMPT, REPLY, repetition_penalty=1.5), bare_sequence([1, 2], [3, 3]),
+            bare_sequence([4], [9, 9, 10], frequency_penalty=0.8, logit_bias=((0, 2.0),)), bare_sequence(PROMPT, REPLY)]
     got = adjust_logits(logits, seqs)
     for row, seq in enumerate(seqs):
-        alone = adjust_logits(logits[row : row + 1], [_seq(seq.prompt_ids, seq.generated, **_knobs(seq))])
+        alone = adjust_logits(logits[row : row + 1], [bare_sequence(seq.prompt_ids, seq.generated, **_knobs(seq))])
         assert torch.equal(got[row], alone[0].float()), row
     assert torch.equal(got[1], logits[1]) and torch.equal(got[3], logits[3])
 
@@ -92,22 +74,22 @@ def _knobs(seq: Sequence) -> dict[str, Any]:
 
 def test_no_settings_no_work() -> None:
     logits = _logits(2).to(torch.bfloat16)
-    assert adjust_logits(logits, [_seq(PROMPT, REPLY), _seq([1], [])]) is logits
+    assert adjust_logits(logits, [bare_sequence(PROMPT, REPLY), bare_sequence([1], [])]) is logits
 
 
 def test_counts_kept_across_steps_equal_counting_afresh() -> None:
     knobs = {"repetition_penalty": 1.2, "frequency_penalty": 0.4, "presence_penalty": 0.3}
-    stepped = _seq(PROMPT, [], **knobs)
+    stepped = bare_sequence(PROMPT, [], **knobs)
     for token in REPLY:  # one decode step per token, as the scheduler appends them
         adjust_logits(_logits(1), [stepped])
         stepped.generated.append(token)
     logits = _logits(1, seed=4)
-    fresh = adjust_logits(logits, [_seq(PROMPT, REPLY, **knobs)])
+    fresh = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, **knobs)])
     assert torch.equal(adjust_logits(logits, [stepped]), fresh)
 
 
 def test_the_callers_logits_are_not_changed() -> None:
     logits = _logits(1)
     before = logits.clone()
-    adjust_logits(logits, [_seq(PROMPT, REPLY, repetition_penalty=1.5, logit_bias=((1, 5.0),))])
+    adjust_logits(logits, [bare_sequence(PROMPT, REPLY, repetition_penalty=1.5, logit_bias=((1, 5.0),))])
     assert torch.equal(logits, before)

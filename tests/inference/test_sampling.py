@@ -4,7 +4,6 @@ logprobs of the raw distribution."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -14,23 +13,13 @@ from transformers import MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWa
 from inference.sampling import CANDIDATES, apply_min_p, apply_top_k, apply_top_p, candidates, sample, warp
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence
+from tests.support.inference_app import bare_sequence
 
 VOCAB = 1000
 
 
-class _NoText:
-    def push(self, token_id: int) -> str:
-        return ""
-
-    def flush(self) -> str:
-        return ""
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return b""
-
-
 def _seq(**params: Any) -> Sequence:
-    return Sequence([1, 2, 3], SamplingParams(max_tokens=50, **params), _NoText(), asyncio.Queue())
+    return bare_sequence([1, 2, 3], **params)
 
 
 def _logits(rows: int, scale: float = 3.0, seed: int = 0) -> torch.Tensor:

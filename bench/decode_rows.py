@@ -19,7 +19,8 @@ from bench.measure import PROMPTS
 from inference.engine import Message
 from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
 from inference.model_store import LoadedModel, prepare_model
-from inference.scheduler import SamplingParams, Sequence
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Sequence
 from inference.settings import Settings
 from inference.textstream import IncrementalDetokenizer
 
@@ -31,11 +32,11 @@ def decode_rate(loaded: LoadedModel, backend: TransformersBackend, batch: int, t
                      SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True),
                      IncrementalDetokenizer(loaded.tokenizer), asyncio.Queue()) for i in range(batch)]
     for seq, tok in zip(seqs, backend.prefill(seqs)):
-        seq.generated.append(tok)
+        seq.generated.append(tok.token)
     start = time.perf_counter()
     for _ in range(tokens - 1):
         for seq, tok in zip(seqs, backend.decode(seqs)):
-            seq.generated.append(tok)
+            seq.generated.append(tok.token)
     backend.release(seqs)
     return batch * (tokens - 1) / (time.perf_counter() - start)
 

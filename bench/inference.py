@@ -27,21 +27,23 @@ from typing import Any
 
 import httpx
 
-from bench.measure import HEADER, PROMPTS, Result, percentile
+from bench.measure import HEADER, PROMPTS, Result, percentile, sampling_fields
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine
 from inference.model_store import LoadedModel, prepare_model
-from inference.scheduler import SamplingParams, TokenEvent
+from inference.sampling_params import SamplingParams
+from inference.scheduler import TokenEvent
 from inference.settings import Settings
 
 Measure = Callable[[int, int], Result]  # (concurrent streams, tokens each) -> what it measured
 
 
 # --- clients --------------------------------------------------------------------------------
-async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res: Result) -> None:
+async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res: Result,
+                   sampling: dict[str, Any]) -> None:
     body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "stream": True,
             "max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}} | sampling
     start = time.monotonic()
     last: float | None = None
     done = False
@@ -76,11 +78,11 @@ async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res
     res.tokens += got
 
 
-async def run_http(url: str, n: int, tokens: int) -> Result:
+async def run_http(url: str, n: int, tokens: int, sampling: dict[str, Any]) -> Result:
     res = Result()
     async with httpx.AsyncClient(timeout=600) as client:
         start = time.monotonic()
-        await asyncio.gather(*(one_http(client, url, i, tokens, res) for i in range(n)))
+        await asyncio.gather(*(one_http(client, url, i, tokens, res, sampling) for i in range(n)))
         res.wall = time.monotonic() - start
     return res
 
@@ -134,6 +136,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="per-DTYPE rows (in-process; empty: skip)")
     ap.add_argument("--dtype-n", type=int, default=8, help="concurrency of the per-DTYPE rows")
     ap.add_argument("--skip-seed", action="store_true", help="skip the seed baseline (slow)")
+    ap.add_argument("--sampling", action="append", default=[], type=sampling_fields, metavar="K=V,...",
+                    help="also run our server with these request fields (each request stays "
+                         "max_tokens long: ignore_eos), e.g. temperature=0.5,top_p=0.9,"
+                         "repetition_penalty=1.1: a mode of its own, 'sampling A', B...; repeatable")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every level's modes this many times, interleaved; rows are medians")
     ap.add_argument("--hf-manager", action="store_true",
                     help="add transformers' ContinuousBatchingManager, in-process, as a baseline")
     ap.add_argument("--llama-python", default="",
@@ -154,13 +162,14 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         modes = start_modes(stack, args, levels, loaded)
         for n in levels:
-            for label, measure in modes.items():
-                show(rows, label, n, measure(n, args.tokens))
+            for label, runs in _rounds(modes, args.repeat, n, args.tokens).items():
+                show(rows, label, n, _median_run(runs))
         modes["batched in-process"] = lambda n, tokens: asyncio.run(
             in_process(loaded, settings_for(args.dtype, 1), n, tokens))
         if args.rounds:
             single_stream(modes, args.rounds, args.tokens, rows)
     print_targets(rows, levels)
+    print_sampling_costs(rows, levels, args.sampling)
     if args.dtypes:
         dtype_rows(loaded, args)
 
@@ -190,6 +199,9 @@ def start_modes(stack: contextlib.ExitStack, args: argparse.Namespace, levels: l
              "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
             "/v1/models", port_flag="--port"))
     modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
+    for letter, fields in zip(LETTERS, args.sampling):
+        if http["batched HTTP"]:
+            modes[f"sampling {letter}"] = _http_mode(http["batched HTTP"], fields)
     if args.hf_manager:
         from bench.hf_manager import run_hf_manager
 
@@ -202,8 +214,8 @@ def single_stream(modes: dict[str, Measure], rounds: int, tokens: int,
     single = {label: modes[label] for label in ("batched HTTP", "batched in-process",
                                                   "llama-cpp-python server") if label in modes}
     print(f"\nsingle stream, {rounds} interleaved rounds:")
-    for label, runs in _rounds(single, rounds, tokens).items():
-        show(rows, _median(label), 1, sorted(runs, key=lambda r: r.rate)[len(runs) // 2])
+    for label, runs in _rounds(single, rounds, 1, tokens).items():
+        show(rows, _median(label), 1, _median_run(runs))
 
 
 def dtype_rows(loaded: LoadedModel, args: argparse.Namespace) -> None:
@@ -220,16 +232,35 @@ def _median(label: str) -> str:
     return f"{label[:21]} median"  # fits the table's mode column
 
 
-def _http_mode(url: str) -> Measure:
-    return lambda n, tokens: asyncio.run(run_http(url, n, tokens))
+def _http_mode(url: str, sampling: dict[str, Any] | None = None) -> Measure:
+    return lambda n, tokens: asyncio.run(run_http(url, n, tokens, sampling or {}))
 
 
-def _rounds(modes: dict[str, Measure], rounds: int, tokens: int) -> dict[str, list[Result]]:
+def _rounds(modes: dict[str, Measure], rounds: int, n: int, tokens: int) -> dict[str, list[Result]]:
     runs: dict[str, list[Result]] = {label: [] for label in modes}
     for _ in range(rounds):
         for label, measure in modes.items():
-            runs[label].append(measure(1, tokens))
+            runs[label].append(measure(n, tokens))
     return runs
+
+
+def _median_run(runs: list[Result]) -> Result:
+    return sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+
+
+LETTERS = "ABCDEFGH"
+
+
+def print_sampling_costs(rows: dict[tuple[str, int], Result], levels: list[int],
+                         settings: list[dict[str, Any]]) -> None:
+    """Each --sampling mode's tokens/s as a ratio of the first one's, level by level."""
+    if not settings:
+        return
+    print("\nsampling modes (tokens/s as a ratio of sampling A's):")
+    for letter, fields in zip(LETTERS, settings):
+        ratios = [f"N={n} {rows[(f'sampling {letter}', n)].rate / rows[('sampling A', n)].rate:.3f}x"
+                  for n in levels if (f"sampling {letter}", n) in rows and ("sampling A", n) in rows]
+        print(f"  {letter}: {json.dumps(fields)}  {', '.join(ratios)}")
 
 
 def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> None:

@@ -15,10 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference.engine import ContextLengthExceeded, Engine, Generation, Message, NotReady
+from inference.engine import ContextLengthExceeded, Engine, Generation, InvalidParams, Message, NotReady
 from inference.engine_factory import create_engine
 from inference.metrics import Metrics
-from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, SamplingParams, TokenEvent
+from inference.sampling_params import TokenLogprob
+from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, TokenEvent
 from inference.schemas import ChatCompletionRequest, ModelCard, ModelList
 from inference.settings import Settings
 from inference.wire import DONE, ChunkMaker, completion, error_body, sse
@@ -28,13 +29,14 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, type_: str, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.headers = status, message, type_, code, headers
+        self.param = param  # the request field at fault, as OpenAI names it
 
 
 def _error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(err.message, err.type, err.code), err.status, headers=err.headers)
+    return JSONResponse(error_body(err.message, err.type, err.code, err.param), err.status, headers=err.headers)
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -81,7 +83,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def chat(body: ChatCompletionRequest) -> Response:
         arrival = time.monotonic()
         gen = _submit(engine, settings, metrics, body)
-        run = _Run(gen, engine.model_name, metrics, arrival)
+        run = _Run(gen, engine.model_name, metrics, arrival, logprobs=bool(body.logprobs))
         if body.stream:
             return StreamingResponse(run.stream(body.include_usage()), media_type="text/event-stream",
                                      headers=SSE_HEADERS)
@@ -98,10 +100,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
         # OpenAI (and the site relay) expect 400 for a bad body, not FastAPI's 422.
+        errors = exc.errors()
         parts = [f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
-                 for e in exc.errors()]
+                 for e in errors]
+        fields = [p for p in (errors[0].get("loc", ()) if errors else ()) if p != "body"]
         return _error_response(ApiError(400, "; ".join(parts) or "invalid request body",
-                                        "invalid_request_error", "invalid_request"))
+                                        "invalid_request_error", "invalid_request",
+                                        param=str(fields[0]) if fields else None))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -131,9 +136,12 @@ def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatComp
         metrics.requests.labels("rejected").inc()
         raise ApiError(404, f"The model '{body.model}' does not exist; this server serves "
                        f"'{engine.model_name}'.", "not_found_error", "model_not_found")
-    limit = body.token_limit() or engine.context_length
-    params = SamplingParams(max_tokens=limit, temperature=body.temperature, top_p=body.top_p,
-                            seed=body.seed, stop=tuple(body.stop or ()), ignore_eos=body.ignore_eos)
+    refused = body.refused()
+    if refused is not None:
+        metrics.requests.labels("rejected").inc()
+        param, code, message = refused
+        raise ApiError(400, message, "invalid_request_error", code, param=param)
+    params = body.sampling(body.token_limit() or engine.context_length)
     messages = [Message(m.role, m.text()) for m in body.messages]
     retry = {"Retry-After": str(settings.retry_after_seconds)}
     try:
@@ -141,6 +149,9 @@ def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatComp
     except ContextLengthExceeded as exc:
         metrics.requests.labels("rejected").inc()
         raise ApiError(400, str(exc), "invalid_request_error", "context_length_exceeded") from exc
+    except InvalidParams as exc:
+        metrics.requests.labels("rejected").inc()
+        raise ApiError(400, str(exc), "invalid_request_error", "invalid_value", param=exc.param) from exc
     except QueueFull as exc:
         metrics.requests.labels("overloaded").inc()
         raise ApiError(503, f"{exc}; retry later.", "server_overloaded", "server_overloaded", retry) from exc
@@ -152,10 +163,11 @@ def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatComp
 class _Run:
     """Turns one Generation into an SSE stream or a JSON completion, recording metrics."""
 
-    def __init__(self, gen: Generation, model: str, metrics: Metrics, arrival: float) -> None:
+    def __init__(self, gen: Generation, model: str, metrics: Metrics, arrival: float, logprobs: bool) -> None:
         self.gen, self.metrics, self.arrival = gen, metrics, arrival
         self.maker = ChunkMaker(gen.request_id, model)
         self.model = model
+        self.logprobs = logprobs
         self._last_ts: float | None = None
         self._counted = 0
 
@@ -168,6 +180,9 @@ class _Run:
         self._counted += ev.tokens
         self.metrics.tokens.inc(ev.tokens)
 
+    def _asked(self, entries: tuple[TokenLogprob, ...]) -> tuple[TokenLogprob, ...] | None:
+        return entries if self.logprobs else None
+
     def _on_end(self, ev: FinishEvent) -> None:
         self.metrics.tokens.inc(max(0, ev.completion_tokens - self._counted))
         self.metrics.requests.labels("cancelled" if ev.reason == "cancelled" else "ok").inc()
@@ -178,7 +193,7 @@ class _Run:
             async for ev in self.gen:
                 if isinstance(ev, TokenEvent):
                     self._on_tokens(ev)
-                    yield sse(self.maker.delta(ev.text, ev.ts))
+                    yield sse(self.maker.delta(ev.text, ev.ts, self._asked(ev.logprobs)))
                 elif isinstance(ev, FinishEvent):
                     outcome_set = True
                     self._on_end(ev)
@@ -204,12 +219,14 @@ class _Run:
 
     def _final_chunks(self, ev: FinishEvent, include_usage: bool) -> list[bytes]:
         out: list[bytes] = []
+        tail = self._asked(ev.logprobs)
         if ev.text:
-            out.append(sse(self.maker.delta(ev.text, ev.ts)))
+            out.append(sse(self.maker.delta(ev.text, ev.ts, tail)))
+            tail = None
         if ev.reason == "cancelled":
             out.append(sse(error_body("request cancelled", "cancelled", "cancelled")))
             return out
-        out.append(sse(self.maker.finish(ev.reason, ev.ts)))
+        out.append(sse(self.maker.finish(ev.reason, ev.ts, tail)))
         if include_usage:
             out.append(sse(self.maker.usage(ev.prompt_tokens, ev.completion_tokens, ev.ts)))
         out.append(DONE)
@@ -217,17 +234,19 @@ class _Run:
 
     async def collect(self) -> JSONResponse:
         parts: list[str] = []
+        logprobs: list[TokenLogprob] = []
         try:
             async for ev in self.gen:
+                if isinstance(ev, TokenEvent | FinishEvent):
+                    parts.append(ev.text)
+                    logprobs.extend(ev.logprobs)
                 if isinstance(ev, TokenEvent):
                     self._on_tokens(ev)
-                    parts.append(ev.text)
                 elif isinstance(ev, FinishEvent):
                     self._on_end(ev)
-                    parts.append(ev.text)
                     body = completion(self.gen.request_id, self.model, "".join(parts),
                                       "stop" if ev.reason == "cancelled" else ev.reason,
-                                      ev.prompt_tokens, ev.completion_tokens)
+                                      ev.prompt_tokens, ev.completion_tokens, self._asked(tuple(logprobs)))
                     return JSONResponse(body)
                 elif isinstance(ev, ErrorEvent):
                     self.metrics.requests.labels("error").inc()

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from inference.scheduler import ErrorEvent, Event, FinishEvent, SamplingParams, Scheduler, Sequence
+from inference.sampling_params import SamplingParams
+from inference.scheduler import ErrorEvent, Event, FinishEvent, Scheduler, Sequence
 from inference.settings import Settings
 
 log = logging.getLogger("inference.engine")
@@ -27,6 +28,14 @@ class NotReady(Exception):
 
 class ContextLengthExceeded(ValueError):
     """The prompt does not leave room for a single new token."""
+
+
+class InvalidParams(ValueError):
+    """A sampling parameter this engine cannot honour (a logit_bias token outside its vocabulary)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class Engine:
 
     model_name: str = "model"
     context_length: int = 4096
+    vocab_size: int | None = None  # token ids a logit_bias may name; None: any
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -141,7 +151,7 @@ class Engine:
         return self.scheduler.waiting if self.scheduler else 0
 
     def submit(self, messages: list[Message], params: SamplingParams) -> Generation:
-        """Queues a generation. Raises NotReady, QueueFull or ContextLengthExceeded."""
+        """Queues a generation. Raises NotReady, QueueFull, ContextLengthExceeded or InvalidParams."""
         if not self.ready:
             raise NotReady(self.load_error or "model is loading")
         return self._submit(messages, params)
@@ -158,12 +168,21 @@ class Engine:
                 f"This model's maximum context length is {self.context_length} tokens; "
                 f"the messages use {len(prompt_ids)} tokens."
             )
+        self._check_params(params)
         # clamp: prompt + max_tokens <= context
         params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
         seq = Sequence(prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload)
         self.scheduler.submit(seq)
         self._seqs[seq.request_id] = seq
         return Generation(self, seq)
+
+    def _check_params(self, params: SamplingParams) -> None:
+        if self.vocab_size is None:
+            return
+        outside = [token for token, _ in params.logit_bias if not 0 <= token < self.vocab_size]
+        if outside:
+            raise InvalidParams(f"logit_bias names token ids outside the vocabulary "
+                                f"(0..{self.vocab_size - 1}): {outside}", "logit_bias")
 
     def cancel(self, request_id: str) -> bool:
         """Frees a request's slot (waiting: now; running: at the next decode step)."""

@@ -8,6 +8,7 @@ import re
 import time
 
 from inference.engine import Engine, Message
+from inference.sampling_params import Sampled
 from inference.scheduler import Sequence
 from inference.settings import Settings
 
@@ -23,6 +24,9 @@ class WordDetokenizer:
 
     def flush(self) -> str:
         return ""
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._words[token_id].encode()
 
 
 class FakeBackend:
@@ -40,15 +44,22 @@ class FakeBackend:
             time.sleep(self._next_step - now)
         self._next_step = max(now, self._next_step) + self._interval
 
-    def _next(self, seq: Sequence) -> int:
+    def _next(self, seq: Sequence) -> Sampled:
         i = len(seq.generated)
-        return i if i < len(seq.payload) else self.EOS
+        if i >= len(seq.payload):
+            return Sampled(self.EOS)
+        if not seq.params.logprobs:
+            return Sampled(i)
+        # certain of its word; the message's next words (round it) are the impossible alternatives
+        words, k = len(seq.payload), seq.params.top_logprobs
+        others = [((i + d) % words, float("-inf")) for d in range(1, min(k, words))]
+        return Sampled(i, 0.0, ((i, 0.0), *others)[:k])
 
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
         self._pace()
         return [self._next(s) for s in seqs]
 
-    def decode(self, seqs: list[Sequence]) -> list[int]:
+    def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         self._pace()
         return [self._next(s) for s in seqs]
 

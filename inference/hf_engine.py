@@ -18,9 +18,10 @@ import torch
 from inference.engine import Engine, Message
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
 from inference.sampling import sample
+from inference.sampling_params import Sampled
 from inference.scheduler import Sequence
 from inference.settings import Settings
-from inference.textstream import IncrementalDetokenizer
+from inference.textstream import IncrementalDetokenizer, TokenBytes
 
 log = logging.getLogger("inference.hf_engine")
 
@@ -89,7 +90,7 @@ class TransformersBackend:
         return token_id in self.eos_ids
 
     @torch.inference_mode()
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
         from transformers import DynamicCache
 
         length = max(len(s.prompt_ids) for s in seqs)
@@ -110,7 +111,7 @@ class TransformersBackend:
         return tokens
 
     @torch.inference_mode()
-    def decode(self, seqs: list[Sequence]) -> list[int]:
+    def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         b = self.batch
         assert b.rows == seqs and b.mask is not None and b.pos is not None
         last = torch.tensor([[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device)
@@ -157,11 +158,14 @@ class TransformersEngine(Engine):
         self.context_length = settings.context_length or 2048
         self.model: Any = None
         self.tokenizer: Any = None
+        self.token_bytes: TokenBytes | None = None  # shared by every request's detokenizer
         self._preloaded = loaded
 
     def _load(self) -> None:
         loaded = self._preloaded or prepare_model(self.settings, stderr_progress)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        self.token_bytes = TokenBytes(self.tokenizer)
+        self.vocab_size = int(self.model.config.vocab_size)
         native = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.context_length = min(self.settings.context_length or native, native)
 
@@ -172,5 +176,5 @@ class TransformersEngine(Engine):
         return encode_chat(self.tokenizer, messages), None
 
     def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self.tokenizer)
+        return IncrementalDetokenizer(self.tokenizer, self.token_bytes)
 

@@ -1,12 +1,135 @@
-"""Per-request sampling: greedy for temperature 0, else temperature + top-p with the
-request's own torch.Generator (seeded when the request gives a seed), so one request's
-seed never depends on what else is in the batch."""
+"""Choosing each row's next token, per request inside the batch (meanings in sampling_params).
+
+In vLLM's order: logprobs are read from the raw logits first; then logit_bias and the
+penalties (inference.penalties); then temperature 0 takes the argmax, and any other
+temperature divides the logits, min-p, top-k and top-p cut the distribution, and the token
+is drawn with the request's own torch.Generator (seeded when the request gives a seed), so
+one request's draw never depends on what else is in the batch. Every step is vectorised
+over the rows that use it and skipped when none does; only the draw itself is per row.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from inference.penalties import adjust_logits
+from inference.sampling_params import Sampled, SamplingParams
 from inference.scheduler import Sequence
+
+RawLogprobs = tuple[list[int], torch.Tensor]  # rows that asked, their log-softmax [R, V]
+# Sampling cuts (top-p 0.9 at temperature 0.5, top-k 40, min-p) keep far fewer tokens than this.
+CANDIDATES = 256
+
+
+def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[Sampled]:
+    """logits: [B, V] for the last position of each sequence, in `seqs` order."""
+    raw = raw_logprobs(logits, seqs)
+    logits = adjust_logits(logits, seqs).float()  # float32: bf16's argmax is slower on CPU
+    tokens = logits.argmax(-1).tolist()
+    drawn = [r for r, s in enumerate(seqs) if not s.params.greedy]
+    if drawn:
+        params = [seqs[r].params for r in drawn]
+        rows = torch.tensor(drawn, device=logits.device)
+        shortlists = candidates(warp(logits.index_select(0, rows), params), params)
+        for r, (ids, probs) in zip(drawn, shortlists, strict=True):
+            tokens[r] = draw(ids, probs, _generator(seqs[r]))
+    return with_logprobs(tokens, raw, seqs)
+
+
+def warp(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """[R, V] float32 logits of sampled rows -> probabilities after temperature, min-p, top-k."""
+    x = logits / _column(logits, [p.temperature for p in params])
+    if any(p.min_p > 0 for p in params):
+        x = apply_min_p(x, [p.min_p for p in params])
+    if any(p.top_k > 0 for p in params):
+        x = apply_top_k(x, [p.top_k for p in params])
+    return torch.softmax(x, dim=-1)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: list[float]) -> torch.Tensor:
+    """Tokens less likely than min_p x the row's most likely token's probability -> -inf."""
+    probs = torch.softmax(logits, dim=-1)
+    floor = _column(logits, min_p) * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < floor, float("-inf"))
+
+
+def apply_top_k(logits: torch.Tensor, top_k: list[int]) -> torch.Tensor:
+    """All but each row's k highest logits (ties with the k-th kept) -> -inf; k <= 0: row kept."""
+    k_max = min(max(top_k), logits.shape[-1])
+    kth = logits.topk(k_max, dim=-1).values
+    index = torch.tensor([min(k, k_max) - 1 if k > 0 else 0 for k in top_k], device=logits.device)
+    floor = kth.gather(1, index[:, None])
+    off = torch.tensor([k <= 0 for k in top_k], device=logits.device)[:, None]
+    return logits.masked_fill((logits < floor) & ~off, float("-inf"))
+
+
+def apply_top_p(sorted_probs: torch.Tensor, top_p: list[float]) -> torch.Tensor:
+    """[R, K] probabilities sorted most likely first -> zero past each row's smallest prefix
+    whose mass reaches top_p (the first always stays; top_p 1 keeps the row)."""
+    limit = _column(sorted_probs, top_p)
+    drop = (sorted_probs.cumsum(-1) - sorted_probs > limit) & (limit < 1)
+    return sorted_probs.masked_fill(drop, 0.0)
+
+
+Shortlist = tuple[torch.Tensor | None, torch.Tensor]  # (token ids or None: all, their probs), on CPU
+
+
+def candidates(probs: torch.Tensor, params: list[SamplingParams]) -> list[Shortlist]:
+    """Each row's tokens that can be drawn. A row that cuts its distribution keeps few tokens:
+    its CANDIDATES most likely ones hold them all unless the distribution is very flat (then
+    the whole vocabulary is sorted, for those rows only), which spares sorting V tokens."""
+    cut = [i for i, p in enumerate(params) if p.truncates]
+    whole = probs.cpu()
+    out: list[Shortlist] = [(None, whole[i]) for i in range(len(params))]
+    if not cut:
+        return out
+    sub = probs.index_select(0, torch.tensor(cut, device=probs.device))
+    top_p = [params[i].top_p for i in cut]
+    kept, ids = sub.topk(min(CANDIDATES, sub.shape[-1]), dim=-1)
+    limit = _column(sub, top_p)
+    beyond = (kept[:, -1] > 0) & ((limit >= 1) | (kept.sum(-1, keepdim=True) <= limit).squeeze(-1))
+    if bool(beyond.any()):
+        kept, ids = sub.sort(dim=-1, descending=True)
+    kept, ids = apply_top_p(kept, top_p).cpu(), ids.cpu()
+    for j, i in enumerate(cut):
+        out[i] = (ids[j], kept[j])
+    return out
+
+
+def draw(ids: torch.Tensor | None, probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Inverse-CDF draw: one uniform from the request's generator, however many candidates."""
+    cdf = probs.cumsum(0)
+    u = torch.rand(1, generator=generator, dtype=cdf.dtype) * cdf[-1]
+    i = min(int(torch.searchsorted(cdf, u, right=True)), len(cdf) - 1)
+    return i if ids is None else int(ids[i])
+
+
+def raw_logprobs(logits: torch.Tensor, seqs: list[Sequence]) -> RawLogprobs | None:
+    rows = [r for r, s in enumerate(seqs) if s.params.logprobs]
+    if not rows:
+        return None
+    picked = logits.index_select(0, torch.tensor(rows, device=logits.device))
+    return rows, torch.log_softmax(picked.float(), dim=-1)
+
+
+def with_logprobs(tokens: list[int], raw: RawLogprobs | None, seqs: list[Sequence]) -> list[Sampled]:
+    out = [Sampled(t) for t in tokens]
+    if raw is None:
+        return out
+    rows, logprobs = raw
+    chosen_ids = torch.tensor([tokens[r] for r in rows], device=logprobs.device)
+    chosen = logprobs.gather(1, chosen_ids[:, None]).squeeze(1).tolist()
+    k = max(seqs[r].params.top_logprobs for r in rows)
+    top = logprobs.topk(k, dim=-1)  # k = 0 gives empty rows
+    top_lp, top_ids = top.values.tolist(), top.indices.tolist()
+    for i, r in enumerate(rows):
+        n = seqs[r].params.top_logprobs
+        out[r] = Sampled(tokens[r], chosen[i], tuple(zip(top_ids[i][:n], top_lp[i][:n], strict=True)))
+    return out
+
+
+def _column(x: torch.Tensor, values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32, device=x.device)[:, None]
 
 
 def _generator(seq: Sequence) -> torch.Generator:
@@ -19,31 +142,3 @@ def _generator(seq: Sequence) -> torch.Generator:
             gen.seed()
         seq.state["generator"] = gen
     return gen
-
-
-def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    if top_p >= 1.0:
-        return probs
-    sorted_p, order = probs.sort(descending=True)
-    # keep the smallest set whose mass reaches top_p (the first token always stays)
-    drop = sorted_p.cumsum(-1) - sorted_p > top_p
-    sorted_p[drop] = 0.0
-    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
-
-
-def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-    """logits: [B, V] for the last position of each sequence, in `seqs` order."""
-    greedy = logits.argmax(-1).tolist()
-    if all(s.params.temperature == 0 for s in seqs):
-        return greedy
-    # Sampling on CPU in float32: one generator type on every device, cheap for B x V.
-    cpu = logits.float().cpu()
-    out: list[int] = []
-    for row, seq in enumerate(seqs):
-        if seq.params.temperature == 0:
-            out.append(greedy[row])
-            continue
-        probs = torch.softmax(cpu[row] / seq.params.temperature, dim=-1)
-        probs = _top_p(probs, seq.params.top_p)
-        out.append(int(torch.multinomial(probs, 1, generator=_generator(seq))))
-    return out

@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from inference.sampling_params import Sampled, SamplingParams, TokenLogprob
 from inference.textstream import Detokenizer, StopFilter
 
 log = logging.getLogger("inference.scheduler")
@@ -32,20 +33,11 @@ FinishReason = Literal["stop", "length", "cancelled"]
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False  # vLLM's extension: benchmarks and tests need exact lengths
-
-
-@dataclass(frozen=True)
 class TokenEvent:
     text: str
     tokens: int  # tokens this text came from (held-back tokens are counted here)
     ts: float  # time.monotonic() when the newest of those tokens was produced
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token, when the request asked
 
 
 @dataclass(frozen=True)
@@ -55,6 +47,7 @@ class FinishEvent:
     completion_tokens: int
     ts: float
     text: str = ""  # held-back text released at the end (rare; sent before the finish chunk)
+    logprobs: tuple[TokenLogprob, ...] = ()  # of the held-back tokens
 
 
 @dataclass(frozen=True)
@@ -88,20 +81,23 @@ class Sequence:
     cancelled: bool = False
     done: bool = False
     _unsent: int = 0  # tokens produced but whose text is still held back
+    _unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stops = StopFilter(list(self.params.stop))
 
-    def accept(self, token_id: int, is_eos: bool, now: float) -> list[Event]:
+    def accept(self, sampled: Sampled, is_eos: bool, now: float) -> list[Event]:
         """Adds one produced token; returns the events to send and marks `done` at the end."""
         if is_eos and not self.params.ignore_eos:
             return self._finish("stop", now)
-        self.generated.append(token_id)
+        self.generated.append(sampled.token)
         self._unsent += 1
+        if sampled.logprob is not None:
+            self._unsent_logprobs.append(self._token_logprob(sampled))
         events: list[Event] = []
-        text = self.stops.feed(self.detokenizer.push(token_id))
+        text = self.stops.feed(self.detokenizer.push(sampled.token))
         if text:
-            events.append(TokenEvent(text, self._unsent, now))
+            events.append(TokenEvent(text, self._unsent, now, self._take_logprobs()))
             self._unsent = 0
         if self.stops.stopped:
             return events + self._finish("stop", now)
@@ -114,16 +110,27 @@ class Sequence:
         tail = "" if self.stops.stopped else self.stops.feed(self.detokenizer.flush())
         tail += self.stops.flush()
         n = len(self.generated)
-        return [FinishEvent(reason, len(self.prompt_ids), n, now, tail)]
+        return [FinishEvent(reason, len(self.prompt_ids), n, now, tail, self._take_logprobs())]
+
+    def _token_logprob(self, sampled: Sampled) -> TokenLogprob:
+        as_bytes = self.detokenizer.token_bytes
+        assert sampled.logprob is not None
+        return TokenLogprob(as_bytes(sampled.token), sampled.logprob,
+                            tuple((as_bytes(t), lp) for t, lp in sampled.top))
+
+    def _take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        taken = tuple(self._unsent_logprobs)
+        self._unsent_logprobs.clear()
+        return taken
 
 
 class Backend(Protocol):
     """The model side; every method runs on the model thread only."""
 
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
         """Adds `seqs` to the batch; returns the first generated token of each."""
 
-    def decode(self, seqs: list[Sequence]) -> list[int]:
+    def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         """One step over the whole batch (`seqs` is the batch, in admission order)."""
 
     def release(self, seqs: list[Sequence]) -> None:
@@ -239,11 +246,11 @@ class Scheduler:
         if self._running:
             self._advance(list(self._running), self.backend.decode(list(self._running)))
 
-    def _advance(self, seqs: list[Sequence], tokens: list[int]) -> None:
+    def _advance(self, seqs: list[Sequence], tokens: list[Sampled]) -> None:
         now = time.monotonic()
         out: list[tuple[Sequence, Event]] = []
         for seq, tok in zip(seqs, tokens, strict=True):
-            out.extend((seq, ev) for ev in seq.accept(tok, self.backend.is_eos(tok), now))
+            out.extend((seq, ev) for ev in seq.accept(tok, self.backend.is_eos(tok.token), now))
         finished = [s for s in seqs if s.done]
         if finished:
             self.backend.release(finished)

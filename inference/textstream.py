@@ -19,6 +19,9 @@ class Detokenizer(Protocol):
 
     def flush(self) -> str: ...
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes, alone (what logprobs report for it)."""
+
 
 class IncrementalDetokenizer:
     """vLLM-style windowed decoding: O(1) per token, exact for byte-level BPE.
@@ -27,8 +30,10 @@ class IncrementalDetokenizer:
     context they need for spaces; decoding everything each step would be O(n^2).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, token_bytes: TokenBytes | None = None) -> None:
+        """token_bytes: the engine's shared (cached) one; else one of this detokenizer's own."""
         self._tok = tokenizer
+        self.token_bytes = token_bytes or TokenBytes(tokenizer)
         self._ids: list[int] = []
         self._prefix = 0  # start of the context window
         self._read = 0  # tokens before this index are already emitted
@@ -51,6 +56,42 @@ class IncrementalDetokenizer:
         new_text = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
         return new_text[len(prefix_text) :]
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (Radford et al. 2019): the character standing for each byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {b: chr(b) for b in printable}, 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+class TokenBytes:
+    """Each token's own bytes, cached: exact for byte-level BPE (half a UTF-8 character stays
+    half), else the token decoded alone."""
+
+    _ALPHABET = _byte_alphabet()
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._byte_level = "ByteLevel" in repr(getattr(backend, "decoder", None))
+        self._cache: dict[int, bytes] = {}
+
+    def __call__(self, token_id: int) -> bytes:
+        found = self._cache.get(token_id)
+        if found is None:
+            found = self._cache[token_id] = self._lookup(token_id)
+        return found
+
+    def _lookup(self, token_id: int) -> bytes:
+        piece = self._tok.convert_ids_to_tokens(token_id)
+        if self._byte_level and isinstance(piece, str) and all(c in self._ALPHABET for c in piece):
+            return bytes(self._ALPHABET[c] for c in piece)
+        return self._tok.decode([token_id], clean_up_tokenization_spaces=False).encode()
 
 
 class StopFilter:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
+
+from inference.sampling_params import TokenLogprob
+
+# OpenAI reports an impossible token's logprob as -9999.0 (JSON has no -Infinity).
+LOGPROB_FLOOR = -9999.0
 
 
 def sse(payload: dict[str, Any] | str) -> bytes:
@@ -17,6 +23,23 @@ DONE = sse("[DONE]")
 
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "code": code, "param": param}}
+
+
+def logprobs_body(entries: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
+    """OpenAI's `choices[0].logprobs`; None (JSON null) where the request did not ask."""
+    if entries is None:
+        return None
+    return {"content": [_logprob_entry(e) for e in entries], "refusal": None}
+
+
+def _logprob_entry(entry: TokenLogprob) -> dict[str, Any]:
+    return _token(entry.token, entry.logprob) | {
+        "top_logprobs": [_token(token, logprob) for token, logprob in entry.top]}
+
+
+def _token(token: bytes, logprob: float) -> dict[str, Any]:
+    return {"token": token.decode("utf-8", errors="replace"), "logprob": max(logprob, LOGPROB_FLOOR),
+            "bytes": list(token)}
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
@@ -39,29 +62,34 @@ class ChunkMaker:
             "x_ts": ts, **extra,
         }
 
-    def delta(self, text: str, ts: float) -> dict[str, Any]:
+    def delta(self, text: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+        """logprobs: those of the tokens this text came from; None when not asked for."""
         delta: dict[str, Any] = {"content": text}
         if not self.role_sent:
             delta = {"role": "assistant", "content": text}
             self.role_sent = True
-        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], ts)
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs_body(logprobs), "finish_reason": None}
+        return self._chunk([choice], ts)
 
-    def finish(self, reason: str, ts: float) -> dict[str, Any]:
+    def finish(self, reason: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+        """logprobs: those of tokens that brought no text (held back, then cut by a stop string)."""
         delta: dict[str, Any] = {} if self.role_sent else {"role": "assistant", "content": ""}
         self.role_sent = True
-        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}], ts)
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs_body(logprobs or None), "finish_reason": reason}
+        return self._chunk([choice], ts)
 
     def usage(self, prompt: int, completion: int, ts: float) -> dict[str, Any]:
         return self._chunk([], ts, usage=usage(prompt, completion))
 
 
-def completion(request_id: str, model: str, text: str, reason: str, prompt: int, completion_tokens: int) -> dict[str, Any]:
+def completion(request_id: str, model: str, text: str, reason: str, prompt: int, completion_tokens: int,
+               logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": int(time.time()),
         "model": model, "system_fingerprint": None,
         "choices": [{
             "index": 0, "message": {"role": "assistant", "content": text},
-            "logprobs": None, "finish_reason": reason,
+            "logprobs": logprobs_body(logprobs), "finish_reason": reason,
         }],
         "usage": usage(prompt, completion_tokens),
     }

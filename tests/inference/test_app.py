@@ -214,3 +214,106 @@ def test_failure_mid_stream_is_one_error_chunk() -> None:
         assert json.loads(data[-1])["error"]["message"].endswith("boom")
         # the engine survives: a short request still works
         assert c.post("/v1/chat/completions", json=_body(max_tokens=2)).status_code == 200
+
+
+# --- sampling controls: validation and logprobs on the wire --------------------------------
+@pytest.mark.parametrize(("field", "value"), [
+    ("frequency_penalty", 2.5), ("frequency_penalty", -2.01), ("presence_penalty", 3),
+    ("repetition_penalty", 0), ("repetition_penalty", -1.0), ("top_k", -2), ("min_p", 1.5),
+    ("min_p", -0.1), ("top_logprobs", 21), ("top_logprobs", -1), ("temperature", 2.5), ("top_p", 0),
+    ("logit_bias", {"5": 101}), ("logit_bias", {"5": -100.5}), ("logit_bias", {"hello": 1}),
+    ("logprobs", "maybe"),
+])
+def test_out_of_range_sampling_field_is_400_naming_it(client: TestClient, field: str, value: Any) -> None:
+    err = _error(client.post("/v1/chat/completions", json=_body(**{field: value})), 400)
+    assert err["param"] == field and err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
+    ("functions", [{"name": "f"}]), ("response_format", {"type": "json_object"}), ("n", 2),
+    ("best_of", 3), ("echo", True), ("suffix", "!"), ("guided_json", {"type": "object"}),
+    ("guided_choice", ["a", "b"]), ("min_tokens", 5), ("use_beam_search", True),
+])
+def test_a_field_that_would_change_the_reply_but_is_not_implemented_is_400(
+        client: TestClient, field: str, value: Any) -> None:
+    err = _error(client.post("/v1/chat/completions", json=_body(**{field: value})), 400, "unsupported_parameter")
+    assert err["param"] == field
+
+
+@pytest.mark.parametrize("extra", [
+    {"user": "u1", "metadata": {"a": "b"}, "store": False, "service_tier": "auto"},
+    {"n": 1, "response_format": {"type": "text"}, "tool_choice": "none", "tools": [], "echo": False,
+     "guided_json": None, "parallel_tool_calls": True},
+    {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.1, "top_k": -1,
+     "min_p": 0.05, "logit_bias": {"3": -100}, "temperature": None, "top_p": None},
+])
+def test_informative_fields_and_neutral_values_pass(client: TestClient, extra: dict[str, Any]) -> None:
+    r = client.post("/v1/chat/completions", json=_body(**extra))
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == TEXT
+
+
+def test_top_logprobs_needs_logprobs(client: TestClient) -> None:
+    err = _error(client.post("/v1/chat/completions", json=_body(top_logprobs=2)), 400)
+    assert err["param"] == "top_logprobs"
+
+
+class _SmallVocabEngine(FakeEngine):
+    vocab_size = 10
+
+
+def test_logit_bias_outside_the_vocabulary_is_400() -> None:
+    settings = fake_settings()
+    with _client(settings, _SmallVocabEngine(settings)) as c:
+        _wait_ready(c)
+        err = _error(c.post("/v1/chat/completions", json=_body(logit_bias={"10": 1})), 400, "invalid_value")
+        assert err["param"] == "logit_bias"
+        assert c.post("/v1/chat/completions", json=_body(logit_bias={"9": 1})).status_code == 200
+
+
+def _assert_logprob_entry(entry: dict[str, Any], word: str, top: int) -> None:
+    assert entry["token"] == word and entry["bytes"] == list(word.encode()) and entry["logprob"] == 0.0
+    assert len(entry["top_logprobs"]) == top
+    if top:
+        assert entry["top_logprobs"][0] == {"token": word, "logprob": 0.0, "bytes": list(word.encode())}
+        # an impossible token: OpenAI's -9999.0, since JSON has no -Infinity
+        assert all(t["logprob"] == -9999.0 for t in entry["top_logprobs"][1:])
+
+
+def test_streamed_logprobs_have_openais_chunk_shape(client: TestClient) -> None:
+    data = _stream(client, logprobs=True, top_logprobs=3, stream_options={"include_usage": True})
+    chunks = [json.loads(d) for d in data[:-1]]
+    tokens, final, usage = chunks[:-2], chunks[-2], chunks[-1]
+    for chunk, word in zip(tokens, WORDS, strict=True):
+        logprobs = chunk["choices"][0]["logprobs"]
+        assert set(logprobs) == {"content", "refusal"} and len(logprobs["content"]) == 1
+        _assert_logprob_entry(logprobs["content"][0], word, 3)
+    assert final["choices"][0]["logprobs"] is None
+    assert usage["usage"]["completion_tokens"] == len(WORDS)
+
+
+def test_non_streamed_logprobs_cover_every_token(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json=_body(logprobs=True, max_tokens=4))
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in content] == WORDS[:4]
+    for entry, word in zip(content, WORDS, strict=False):
+        _assert_logprob_entry(entry, word, 0)
+
+
+def test_no_logprobs_unless_asked(client: TestClient) -> None:
+    chunks = [json.loads(d) for d in _stream(client)[:-1]]
+    assert all(c["choices"][0]["logprobs"] is None for c in chunks if c["choices"])
+    r = client.post("/v1/chat/completions", json=_body())
+    assert r.json()["choices"][0]["logprobs"] is None
+
+
+def test_logprobs_of_tokens_cut_by_a_stop_string_still_come(client: TestClient) -> None:
+    """One entry per generated token, held-back ones included: they arrive with the finish."""
+    r = client.post("/v1/chat/completions", json=_body(logprobs=True, stop=[" jumps over"])).json()
+    content = r["choices"][0]["logprobs"]["content"]
+    assert r["choices"][0]["message"]["content"] == "The quick brown fox"
+    assert len(content) == r["usage"]["completion_tokens"] == 6
+    data = _stream(client, logprobs=True, stop=[" jumps over"])
+    streamed = [e for d in data[:-1] for e in (json.loads(d)["choices"][0]["logprobs"] or {}).get("content", [])]
+    assert [e["token"] for e in streamed] == [e["token"] for e in content]

@@ -11,7 +11,8 @@ import pytest
 
 from inference.engine import ContextLengthExceeded, Engine, Message
 from inference.fake_engine import FakeEngine
-from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, SamplingParams, TokenEvent
+from inference.sampling_params import SamplingParams
+from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, TokenEvent
 from tests.support.inference_app import fake_settings, model_settings
 
 pytestmark = pytest.mark.anyio

@@ -1,16 +1,20 @@
 """The inference app served for tests and benchmarks in this process: settings that ignore
-the caller's environment, and a real uvicorn server in a thread (real sockets, real
-disconnects). No Django here."""
+the caller's environment, a real uvicorn server in a thread (real sockets, real
+disconnects), and bare sequences for the sampler's unit tests. No Django here."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Sequence as Ids
 from typing import Any
 
 import httpx
 import uvicorn
 
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Sequence
 from inference.settings import Settings
 from tests.support.processes import free_port
 
@@ -65,3 +69,23 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+
+
+class NoText:
+    """A detokenizer for tests where only token ids matter."""
+
+    def push(self, token_id: int) -> str:
+        return ""
+
+    def flush(self) -> str:
+        return ""
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return b""
+
+
+def bare_sequence(prompt: Ids[int], generated: Ids[int] = (), **params: Any) -> Sequence:
+    """A sequence as the sampler sees it: prompt, tokens generated so far, its parameters."""
+    seq = Sequence(list(prompt), SamplingParams(**({"max_tokens": 50} | params)), NoText(), asyncio.Queue())
+    seq.generated = list(generated)
+    return seq

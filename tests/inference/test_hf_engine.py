@@ -1,0 +1,56 @@
+"""The transformers backend with the real bundled model, driven step by step (no scheduler
+thread, so which requests share a step is fixed): one request's sampling settings never
+reach another's, in the same batch."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from inference.engine import Message
+from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Sequence
+from inference.textstream import IncrementalDetokenizer
+
+pytestmark = pytest.mark.model
+PROMPT = "List the planets of the solar system, one per line, and say one thing about each."
+TOKENS = 24
+
+
+def _generate(loaded: Any, settings: list[dict[str, Any]]) -> list[list[int]]:
+    """Runs these requests as one batch, from one prefill to the last decode step."""
+    backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
+    prompt = encode_chat(loaded.tokenizer, [Message("user", PROMPT)])
+    seqs = [Sequence(prompt, SamplingParams(max_tokens=TOKENS, **knobs),
+                     IncrementalDetokenizer(loaded.tokenizer), asyncio.Queue()) for knobs in settings]
+    running, step = list(seqs), backend.prefill
+    while running:
+        for seq, sampled in zip(running, step(running), strict=True):
+            seq.accept(sampled, backend.is_eos(sampled.token), 0.0)
+        if done := [s for s in running if s.done]:
+            backend.release(done)
+            running = [s for s in running if not s.done]
+        step = backend.decode
+    return [s.generated for s in seqs]
+
+
+def test_a_mixed_batch_gives_each_request_what_it_gets_alone(loaded_model: Any) -> None:
+    plain = {"temperature": 0}
+    first = _generate(loaded_model, [plain])[0][0]
+    settings = [
+        plain,
+        {"temperature": 0, "repetition_penalty": 1.3},
+        {"temperature": 0, "frequency_penalty": 1.0, "presence_penalty": 0.5},
+        {"temperature": 0, "logit_bias": ((first, -100.0),)},
+        {"temperature": 0, "logprobs": True, "top_logprobs": 3, "repetition_penalty": 0.9},
+        {"temperature": 0.8, "top_k": 40, "min_p": 0.05, "top_p": 0.95, "seed": 11},
+    ]
+    together = _generate(loaded_model, settings)
+    alone = [_generate(loaded_model, [knobs])[0] for knobs in settings]
+    assert together == alone
+    replies = {tuple(tokens) for tokens in together}
+    assert len(replies) == len(settings)  # every setting changed the reply: none was a no-op
+    assert together[3][0] != first

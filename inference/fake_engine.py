@@ -44,7 +44,7 @@ class FakeBackend:
         i = len(seq.generated)
         return i if i < len(seq.payload) else self.EOS
 
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
+    def prefill(self, seqs: list[Sequence]) -> list[int | None]:
         self._pace()
         return [self._next(s) for s in seqs]
 
@@ -54,6 +54,12 @@ class FakeBackend:
 
     def release(self, seqs: list[Sequence]) -> None:
         pass
+
+    def background(self) -> bool:
+        return False
+
+    def has_background(self) -> bool:
+        return False
 
     def reset(self) -> None:
         pass

@@ -1,11 +1,12 @@
 """The real engine: a transformers causal LM behind the continuous-batching scheduler.
 
 The batch keeps ONE DynamicCache for all running sequences, left-padded to a common length
-with an attention mask and per-sequence position ids. Joining sequences are prefilled
-together in their own cache, then concatenated into the batch (the shorter side padded on
-the left); leaving sequences are removed with an index select, and columns that became
-padding for everyone are trimmed. Each decode step is then one forward pass of shape
-[batch, 1], which costs little more than a single sequence on a bandwidth-bound CPU.
+with an attention mask and per-sequence position ids. Prompts are prefilled apart from it, in
+chunks and on top of the prefix cache (inference/hf_prefill.py); a prompt's KV is then
+concatenated into the batch (the shorter side padded on the left); leaving sequences are
+removed with an index select, and columns that became padding for everyone are trimmed. Each
+decode step is then one forward pass of shape [batch, 1], which costs little more than a
+single sequence on a bandwidth-bound CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 import torch
 
 from inference.engine import Engine, Message
+from inference.hf_prefill import Prefiller
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
+from inference.prefill import PrefillJob
 from inference.sampling import sample
 from inference.scheduler import Sequence
 from inference.settings import Settings
@@ -79,35 +82,37 @@ class BatchState:
 
 
 class TransformersBackend:
-    def __init__(self, model: Any, eos_ids: set[int]) -> None:
+    def __init__(self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0) -> None:
         self.model = model
         self.device = model.device
         self.eos_ids = eos_ids
         self.batch = BatchState()
+        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
 
     def is_eos(self, token_id: int) -> bool:
         return token_id in self.eos_ids
 
+    def prefill(self, seqs: list[Sequence]) -> list[int | None]:
+        done = self.prefiller.step(seqs)
+        ready = [s for s in seqs if id(s) in done]
+        if not ready:
+            return [None] * len(seqs)
+        tokens = sample(torch.stack([done[id(s)][1] for s in ready]), ready)
+        for s in ready:
+            self._join(s, done[id(s)][0])
+        first = dict(zip(map(id, ready), tokens, strict=True))
+        return [first.get(id(s)) for s in seqs]
+
     @torch.inference_mode()
-    def prefill(self, seqs: list[Sequence]) -> list[int]:
+    def _join(self, seq: Sequence, job: PrefillJob) -> None:
         from transformers import DynamicCache
 
-        length = max(len(s.prompt_ids) for s in seqs)
-        ids = torch.zeros((len(seqs), length), dtype=torch.long)
-        mask = torch.zeros((len(seqs), length), dtype=torch.long)
-        for row, s in enumerate(seqs):
-            ids[row, length - len(s.prompt_ids) :] = torch.tensor(s.prompt_ids)
-            mask[row, length - len(s.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        n = len(job.tokens)
         cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        tokens = sample(out.logits[:, -1], seqs)
-        self.batch.join(seqs, out.past_key_values, mask, mask.sum(-1))
-        return tokens
+        for layer in range(job.kv.shape[0]):
+            cache.update(job.kv[layer, 0, :, :n][None], job.kv[layer, 1, :, :n][None], layer)
+        mask = torch.ones((1, n), dtype=torch.long, device=self.device)
+        self.batch.join([seq], cache, mask, torch.tensor([n], device=self.device))
 
     @torch.inference_mode()
     def decode(self, seqs: list[Sequence]) -> list[int]:
@@ -124,9 +129,18 @@ class TransformersBackend:
 
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)
+        for s in seqs:
+            self.prefiller.finished(s)
+
+    def background(self) -> bool:
+        return self.prefiller.background()
+
+    def has_background(self) -> bool:
+        return self.prefiller.has_background()
 
     def reset(self) -> None:
         self.batch.reset()
+        self.prefiller.reset()
 
 
 def encode_chat(tokenizer: Any, messages: list[Message]) -> list[int]:
@@ -166,7 +180,13 @@ class TransformersEngine(Engine):
         self.context_length = min(self.settings.context_length or native, native)
 
     def _backend(self) -> TransformersBackend:
-        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer))
+        s = self.settings
+        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer),
+                                   s.prefill_chunk_tokens, s.prefix_cache_mb * 2**20)
+
+    def cache_stats(self) -> Any:
+        backend = self.scheduler.backend if self.scheduler else None
+        return backend.prefiller.stats if isinstance(backend, TransformersBackend) else None
 
     def _encode(self, messages: list[Message]) -> tuple[list[int], None]:
         return encode_chat(self.tokenizer, messages), None

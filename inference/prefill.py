@@ -90,9 +90,12 @@ class PrefillPlan:
         group = heads // self.kv_heads
         s = j * ATTN_BLOCK
         first, last = (lo - s) // TILE, (lo + n - 1 - s) // TILE + 1
-        tiles = q.new_zeros((heads, (last - first) * TILE, dim))
         at = lo - s - first * TILE
-        tiles[:, at : at + n] = q
+        if at or n % TILE:
+            tiles = q.new_zeros((heads, (last - first) * TILE, dim))
+            tiles[:, at : at + n] = q
+        else:
+            tiles = q
         # one batch entry per tile, a kv head's query heads side by side: every call has the
         # same shape whatever the piece, and a query always the same row in it
         tiles = tiles.reshape(self.kv_heads, group, -1, TILE, dim).permute(2, 0, 1, 3, 4)
@@ -140,16 +143,15 @@ def _merge(past: torch.Tensor, past_lse: torch.Tensor, own: torch.Tensor, own_ls
            first: int) -> torch.Tensor:
     """Softmax-weighted sum of two partial attentions over disjoint keys (tiles first..)."""
     nt = past_lse.shape[0]
+    # exp() over the whole block's tiles, each at its own place: the same code path for a
+    # query however many tiles came with it
+    block = past_lse.new_zeros((2, ATTN_BLOCK // TILE, *past_lse.shape[1:]))
     top = torch.maximum(past_lse, own_lse)
-    weights = []
-    for lse in (past_lse, own_lse):
-        # exp() over the whole block's tiles, each at its own place: the same code path for a
-        # query however many tiles came with it
-        block = lse.new_zeros((ATTN_BLOCK // TILE, *lse.shape[1:]))
-        block[first : first + nt] = lse - top
-        weights.append(torch.exp(block)[first : first + nt, ..., None])
-    w_past, w_own = weights
-    return ((past.float() * w_past + own.float() * w_own) / (w_past + w_own)).to(own.dtype)
+    block[0, first : first + nt] = past_lse - top
+    block[1, first : first + nt] = own_lse - top
+    w = torch.exp(block)[:, first : first + nt, ..., None]
+    w = w / (w[0] + w[1])
+    return torch.addcmul(past * w[0], own, w[1]).to(own.dtype)
 
 
 def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

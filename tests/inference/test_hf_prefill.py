@@ -53,10 +53,14 @@ def test_kv_bits_do_not_depend_on_the_chunks(loaded_model: Any) -> None:
 
 
 async def _greedy(engine: TransformersEngine, messages: list[Message]) -> list[int]:
+    return (await _reply(engine, messages))[0]
+
+
+async def _reply(engine: TransformersEngine, messages: list[Message]) -> tuple[list[int], str]:
+    """The reply's tokens, and its text as streamed (what the site saves and sends back)."""
     gen = engine.submit(messages, SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True))
-    async for _ in gen:
-        pass
-    return list(gen._seq.generated)
+    text = "".join([getattr(ev, "text", "") async for ev in gen])
+    return list(gen._seq.generated), text
 
 
 async def _settled(engine: TransformersEngine) -> None:
@@ -76,11 +80,10 @@ async def _conversation(loaded: Any, **settings: Any) -> tuple[list[int], list[i
     await engine.start()
     await engine.wait_ready(300)
     try:
-        cold = await _greedy(engine, TURN1)
+        cold, reply = await _reply(engine, TURN1)
         await _settled(engine)
         warm = await _greedy(engine, TURN1)
         await _settled(engine)
-        reply = loaded.tokenizer.decode(cold)
         turn2 = [*TURN1, Message("assistant", reply), Message("user", "Shorter, please.")]
         before = engine.cache_stats().hit_tokens
         second = await _greedy(engine, turn2)

@@ -54,3 +54,21 @@ def test_unset_sampling_gets_the_site_defaults_and_zero_stays_greedy(settings):
     question = create_message(greedy, content="hi")
     request = build_request(create_message(greedy, role="assistant", content="", reply_to=question, status="streaming"))
     assert (request.temperature, request.top_p) == (0, 1.0)
+
+
+@pytest.mark.django_db
+def test_the_next_turn_repeats_the_previous_prompt_and_reply_byte_for_byte(settings):
+    """The inference server reuses the KV cache of the longest prefix it has seen: a turn's
+    prompt must start with the previous turn's prompt and reply, unchanged."""
+    settings.INFERENCE_CONTEXT_TOKENS = 8192
+    conversation = create_conversation(system_prompt="Be terse.")
+    q1 = create_message(conversation, content="  first question, with spaces  \n")
+    reply1 = create_message(conversation, role="assistant", content="", reply_to=q1, status="streaming")
+    first = build_request(reply1).messages
+    reply1.content, reply1.status = " streamed text, as it came\n\n", "complete"
+    reply1.save()
+    q2 = create_message(conversation, content="second")
+    second = build_request(create_message(conversation, role="assistant", content="", reply_to=q2,
+                                          status="streaming")).messages
+    assert second[: len(first)] == first
+    assert second[len(first)] == {"role": "assistant", "content": " streamed text, as it came\n\n"}

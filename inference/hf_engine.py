@@ -109,8 +109,10 @@ class TransformersBackend:
 
         n = len(job.tokens)
         cache = DynamicCache(config=self.model.config)
-        for layer in range(job.kv.shape[0]):
-            cache.update(job.kv[layer, 0, :, :n][None], job.kv[layer, 1, :, :n][None], layer)
+        for i, layer in enumerate(cache.layers):  # views of the prompt's KV: the first decode step copies it
+            k, v = job.kv[i, 0, :, :n][None], job.kv[i, 1, :, :n][None]
+            layer.lazy_initialization(k, v)
+            layer.keys, layer.values = k, v
         mask = torch.ones((1, n), dtype=torch.long, device=self.device)
         self.batch.join([seq], cache, mask, torch.tensor([n], device=self.device))
 

@@ -107,15 +107,16 @@ class Prefiller:
 
     def _job(self, tokens: list[int], seq: Any, count: bool) -> PrefillJob:
         capacity = -(-len(tokens) // ATTN_BLOCK) * ATTN_BLOCK  # the last key block is whole
-        kv = torch.zeros((self.layers, 2, self.kv_heads, capacity, self.head_dim),
+        kv = torch.empty((self.layers, 2, self.kv_heads, capacity, self.head_dim),
                          dtype=self.dtype, device=self.device)
         job = PrefillJob(tokens, kv, seq=seq)
         if self.cache is not None:
             # the last prompt token is always computed: its logits give the first reply token
-            hit, cached = self.cache.lookup(tokens, len(tokens) - 1 if seq is not None else len(tokens), count)
-            if cached is not None:
-                kv[:, :, :, :hit] = cached
-                job.done = job.cached = hit
+            blocks = self.cache.lookup(tokens, len(tokens) - 1 if seq is not None else len(tokens), count)
+            for i, block in enumerate(blocks):
+                kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = block
+            job.done = job.cached = len(blocks) * BLOCK
+        kv[:, :, :, job.done :] = 0  # keys not computed yet are masked, and must not be NaN
         return job
 
     def _cache(self, job: PrefillJob) -> None:

@@ -12,7 +12,7 @@ touches a chain from its last block back to its first, so the LRU order always e
 chain's tail before its head: no cached block is ever unreachable.
 
 The cache does not know the model: a block's KV is one tensor whose `token_dim` indexes its
-tokens, cloned on insert (the caller's tensor is written again later) and concatenated on a hit.
+tokens, cloned on insert (the caller's tensor is written again later) and handed out on a hit.
 """
 
 from __future__ import annotations
@@ -81,21 +81,19 @@ class PrefixCache:
         for blk in reversed(chain):  # the head ends up newest: tails are evicted first
             self._lru.move_to_end(blk.id)
 
-    def lookup(self, tokens: Seq[int], limit: int, count: bool = True) -> tuple[int, torch.Tensor | None]:
-        """The longest cached prefix of `tokens[:limit]`: (its length, its KV) or (0, None).
+    def lookup(self, tokens: Seq[int], limit: int, count: bool = True) -> list[torch.Tensor]:
+        """The KV blocks of the longest cached prefix of `tokens[:limit]`, in order (BLOCK
+        tokens each along `token_dim`); the caller copies them where it needs them.
 
         `limit` lets the caller keep the last prompt token to compute (its logits give the
         first reply token); `count`: whether the lookup counts in the hit rate (a request's
         prompt does, the server's own lookups do not)."""
         chain = self._chain(tokens, min(limit, len(tokens)))
-        n = len(chain) * self.block
         if count:
             self.stats.query_tokens += len(tokens)
-            self.stats.hit_tokens += n
-        if not chain:
-            return 0, None
+            self.stats.hit_tokens += len(chain) * self.block
         self._touch(chain)
-        return n, torch.cat([blk.kv for blk in chain], dim=self.token_dim)
+        return [blk.kv for blk in chain]
 
     def insert(self, tokens: Seq[int], kv: torch.Tensor, length: int) -> None:
         """Caches the full blocks of `tokens[:length]`, whose KV is `kv` (indexed by token

@@ -55,11 +55,13 @@ def conversation(tokens: int) -> list[dict[str, str]]:
 
 
 async def stream(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]], max_tokens: int,
-                 stop: asyncio.Event | None = None) -> dict[str, Any]:
-    """One greedy stream: the arrival time of each content chunk, its text, prompt tokens."""
+                 stop: asyncio.Event | None = None, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One greedy stream: the arrival time of each content chunk, its text, prompt tokens
+    (filled into `out` as they come)."""
     body = {"messages": messages, "stream": True, "max_tokens": max_tokens, "temperature": 0,
             "stream_options": {"include_usage": True}}
-    out: dict[str, Any] = {"start": time.monotonic(), "times": [], "text": "", "prompt_tokens": None}
+    out = out if out is not None else {}
+    out.update({"start": time.monotonic(), "times": [], "text": "", "prompt_tokens": None})
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -96,11 +98,15 @@ async def next_turn(url: str, tokens: int, reply_tokens: int) -> tuple[float, fl
 async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> dict[str, float]:
     """The 4 streams' largest gap while a fresh long prompt is prefilled, and its TTFT."""
     stop = asyncio.Event()
+    progress: list[dict[str, Any]] = [{"times": []} for _ in range(STREAMS)]
     async with httpx.AsyncClient(timeout=600) as client:
         runners = [asyncio.create_task(stream(client, url, [{"role": "user", "content": f"Tell story {i}."}],
-                                              stream_tokens, stop)) for i in range(STREAMS)]
-        # the long prompt arrives once every stream is under way
-        await asyncio.sleep(0.5)
+                                              stream_tokens, stop, progress[i])) for i in range(STREAMS)]
+        # the long prompt arrives once every stream is under way (or after a minute: a server
+        # that runs one request at a time never starts them all)
+        deadline = time.monotonic() + 60
+        while any(len(p["times"]) < 3 for p in progress) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         long_ = await stream(client, url, conversation(tokens), 4)
         await asyncio.sleep(0.5)
         stop.set()

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
@@ -37,6 +38,36 @@ def _pad_left(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+class GrowingLayer(DynamicLayer):
+    """One layer's KV for the batch, as views of buffers with room to grow: a decode step writes
+    its token in place, where DynamicLayer concatenates the whole cache into a new tensor at
+    every step (at a few thousand tokens, more bytes than the weights)."""
+
+    ROOM = 256  # spare positions at least; the buffer grows by doubling
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.is_initialized = True
+        self.dtype, self.device = keys.dtype, keys.device
+        self._set(keys, values)
+
+    def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        b, h, n, d = keys.shape
+        room = max(self.ROOM, n)
+        self._k, self._v = keys.new_empty((b, h, n + room, d)), values.new_empty((b, h, n + room, d))
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, add = self.keys.shape[2], key_states.shape[2]
+        if n + add > self._k.shape[2]:
+            self._set(self.keys, self.values)
+        self._k[:, :, n : n + add], self._v[:, :, n : n + add] = key_states, value_states
+        self.keys, self.values = self._k[:, :, : n + add], self._v[:, :, : n + add]
+        return self.keys, self.values
+
+
 class BatchState:
     """Rows of the running batch: the shared cache, its mask and each row's next position."""
 
@@ -49,12 +80,14 @@ class BatchState:
     def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
         if not self.rows:
             self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
+            self.cache.layers = [GrowingLayer(layer.keys, layer.values) for layer in cache.layers]
             return
         assert self.mask is not None and self.pos is not None
         length = max(self.mask.shape[1], mask.shape[1])
-        for old, new in zip(self.cache.layers, cache.layers, strict=True):
-            old.keys = torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)])
-            old.values = torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)])
+        self.cache.layers = [
+            GrowingLayer(torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)]),
+                         torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)]))
+            for old, new in zip(self.cache.layers, cache.layers, strict=True)]
         self.mask = torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)])
         self.pos = torch.cat([self.pos, pos])
         self.rows.extend(seqs)
@@ -73,9 +106,8 @@ class BatchState:
         self.mask, self.pos = self.mask[idx], self.pos[idx]
         start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
         self.mask = self.mask[:, start:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys[idx, :, start:]
-            layer.values = layer.values[idx, :, start:]
+        self.cache.layers = [GrowingLayer(layer.keys[idx, :, start:], layer.values[idx, :, start:])
+                             for layer in self.cache.layers]
 
     def reset(self) -> None:
         self.rows, self.cache, self.mask, self.pos = [], None, None, None

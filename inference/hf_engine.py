@@ -45,11 +45,17 @@ class GrowingLayer(DynamicLayer):
 
     ROOM = 256  # spare positions at least; the buffer grows by doubling
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor,
+                 room: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """`room`: buffers whose first positions are `keys` and `values`, to grow into."""
         super().__init__()
         self.is_initialized = True
         self.dtype, self.device = keys.dtype, keys.device
-        self._set(keys, values)
+        if room is None:
+            self._set(keys, values)
+        else:
+            self._k, self._v = room
+            self.keys, self.values = keys, values
 
     def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         b, h, n, d = keys.shape
@@ -80,7 +86,8 @@ class BatchState:
     def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
         if not self.rows:
             self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
-            self.cache.layers = [GrowingLayer(layer.keys, layer.values) for layer in cache.layers]
+            self.cache.layers = [layer if isinstance(layer, GrowingLayer) else GrowingLayer(layer.keys, layer.values)
+                                 for layer in cache.layers]
             return
         assert self.mask is not None and self.pos is not None
         length = max(self.mask.shape[1], mask.shape[1])
@@ -141,10 +148,10 @@ class TransformersBackend:
 
         n = len(job.tokens)
         cache = DynamicCache(config=self.model.config)
-        for i, layer in enumerate(cache.layers):  # views of the prompt's KV: the first decode step copies it
-            k, v = job.kv[i, 0, :, :n][None], job.kv[i, 1, :, :n][None]
-            layer.lazy_initialization(k, v)
-            layer.keys, layer.values = k, v
+        # the prompt's own KV buffers, which have room up to the next key block: an empty batch
+        # takes them as they are, no copy (nothing else writes them any more)
+        cache.layers = [GrowingLayer(kv[0, :, :n][None], kv[1, :, :n][None], (kv[0][None], kv[1][None]))
+                        for kv in job.kv]
         mask = torch.ones((1, n), dtype=torch.long, device=self.device)
         self.batch.join([seq], cache, mask, torch.tensor([n], device=self.device))
 

@@ -196,6 +196,10 @@ class Engine:
     def _forget(self, request_id: str) -> None:
         self._seqs.pop(request_id, None)
 
+    def cache_stats(self) -> Any:
+        """The prefix cache's counters (inference.prefix_cache.CacheStats), or None without one."""
+        return None
+
     # --- subclass hooks -----------------------------------------------------------------
     def _load(self) -> None:
         raise NotImplementedError

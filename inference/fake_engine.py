@@ -55,7 +55,7 @@ class FakeBackend:
         others = [((i + d) % words, float("-inf")) for d in range(1, min(k, words))]
         return Sampled(i, 0.0, ((i, 0.0), *others)[:k])
 
-    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
         self._pace()
         return [self._next(s) for s in seqs]
 
@@ -65,6 +65,12 @@ class FakeBackend:
 
     def release(self, seqs: list[Sequence]) -> None:
         pass
+
+    def background(self) -> bool:
+        return False
+
+    def has_background(self) -> bool:
+        return False
 
     def reset(self) -> None:
         pass

@@ -1,11 +1,12 @@
 """The real engine: a transformers causal LM behind the continuous-batching scheduler.
 
 The batch keeps ONE DynamicCache for all running sequences, left-padded to a common length
-with an attention mask and per-sequence position ids. Joining sequences are prefilled
-together in their own cache, then concatenated into the batch (the shorter side padded on
-the left); leaving sequences are removed with an index select, and columns that became
-padding for everyone are trimmed. Each decode step is then one forward pass of shape
-[batch, 1], which costs little more than a single sequence on a bandwidth-bound CPU.
+with an attention mask and per-sequence position ids. Prompts are prefilled apart from it, in
+chunks and on top of the prefix cache (inference/hf_prefill.py); a prompt's KV is then
+concatenated into the batch (the shorter side padded on the left); leaving sequences are
+removed with an index select, and columns that became padding for everyone are trimmed. Each
+decode step is then one forward pass of shape [batch, 1], which costs little more than a
+single sequence on a bandwidth-bound CPU.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import logging
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from inference.engine import Engine, Message
+from inference.hf_prefill import Prefiller
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
+from inference.prefill import PrefillJob
 from inference.sampling import sample
 from inference.sampling_params import Sampled
 from inference.scheduler import Sequence
@@ -35,6 +39,42 @@ def _pad_left(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
+class GrowingLayer(DynamicLayer):
+    """One layer's KV for the batch, as views of buffers with room to grow: a decode step writes
+    its token in place, where DynamicLayer concatenates the whole cache into a new tensor at
+    every step (at a few thousand tokens, more bytes than the weights)."""
+
+    ROOM = 256  # spare positions at least; the buffer grows by doubling
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor,
+                 room: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """`room`: buffers whose first positions are `keys` and `values`, to grow into."""
+        super().__init__()
+        self.is_initialized = True
+        self.dtype, self.device = keys.dtype, keys.device
+        if room is None:
+            self._set(keys, values)
+        else:
+            self._k, self._v = room
+            self.keys, self.values = keys, values
+
+    def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        b, h, n, d = keys.shape
+        room = max(self.ROOM, n)
+        self._k, self._v = keys.new_empty((b, h, n + room, d)), values.new_empty((b, h, n + room, d))
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, add = self.keys.shape[2], key_states.shape[2]
+        if n + add > self._k.shape[2]:
+            self._set(self.keys, self.values)
+        self._k[:, :, n : n + add], self._v[:, :, n : n + add] = key_states, value_states
+        self.keys, self.values = self._k[:, :, : n + add], self._v[:, :, : n + add]
+        return self.keys, self.values
+
+
 class BatchState:
     """Rows of the running batch: the shared cache, its mask and each row's next position."""
 
@@ -47,12 +87,15 @@ class BatchState:
     def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
         if not self.rows:
             self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
+            self.cache.layers = [layer if isinstance(layer, GrowingLayer) else GrowingLayer(layer.keys, layer.values)
+                                 for layer in cache.layers]
             return
         assert self.mask is not None and self.pos is not None
         length = max(self.mask.shape[1], mask.shape[1])
-        for old, new in zip(self.cache.layers, cache.layers, strict=True):
-            old.keys = torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)])
-            old.values = torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)])
+        self.cache.layers = [
+            GrowingLayer(torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)]),
+                         torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)]))
+            for old, new in zip(self.cache.layers, cache.layers, strict=True)]
         self.mask = torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)])
         self.pos = torch.cat([self.pos, pos])
         self.rows.extend(seqs)
@@ -71,44 +114,47 @@ class BatchState:
         self.mask, self.pos = self.mask[idx], self.pos[idx]
         start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
         self.mask = self.mask[:, start:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys[idx, :, start:]
-            layer.values = layer.values[idx, :, start:]
+        self.cache.layers = [GrowingLayer(layer.keys[idx, :, start:], layer.values[idx, :, start:])
+                             for layer in self.cache.layers]
 
     def reset(self) -> None:
         self.rows, self.cache, self.mask, self.pos = [], None, None, None
 
 
 class TransformersBackend:
-    def __init__(self, model: Any, eos_ids: set[int]) -> None:
+    def __init__(self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0) -> None:
         self.model = model
         self.device = model.device
         self.eos_ids = eos_ids
         self.batch = BatchState()
+        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
 
     def is_eos(self, token_id: int) -> bool:
         return token_id in self.eos_ids
 
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
+        done = self.prefiller.step(seqs)
+        ready = [s for s in seqs if id(s) in done]
+        if not ready:
+            return [None] * len(seqs)
+        tokens = sample(torch.stack([done[id(s)][1] for s in ready]), ready)
+        for s in ready:
+            self._join(s, done[id(s)][0])
+        first = dict(zip(map(id, ready), tokens, strict=True))
+        return [first.get(id(s)) for s in seqs]
+
     @torch.inference_mode()
-    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
+    def _join(self, seq: Sequence, job: PrefillJob) -> None:
         from transformers import DynamicCache
 
-        length = max(len(s.prompt_ids) for s in seqs)
-        ids = torch.zeros((len(seqs), length), dtype=torch.long)
-        mask = torch.zeros((len(seqs), length), dtype=torch.long)
-        for row, s in enumerate(seqs):
-            ids[row, length - len(s.prompt_ids) :] = torch.tensor(s.prompt_ids)
-            mask[row, length - len(s.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        n = len(job.tokens)
         cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        )
-        tokens = sample(out.logits[:, -1], seqs)
-        self.batch.join(seqs, out.past_key_values, mask, mask.sum(-1))
-        return tokens
+        # the prompt's own KV buffers, which have room up to the next key block: an empty batch
+        # takes them as they are, no copy (nothing else writes them any more)
+        cache.layers = [GrowingLayer(kv[0, :, :n][None], kv[1, :, :n][None], (kv[0][None], kv[1][None]))
+                        for kv in job.kv]
+        mask = torch.ones((1, n), dtype=torch.long, device=self.device)
+        self.batch.join([seq], cache, mask, torch.tensor([n], device=self.device))
 
     @torch.inference_mode()
     def decode(self, seqs: list[Sequence]) -> list[Sampled]:
@@ -125,9 +171,18 @@ class TransformersBackend:
 
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)
+        for s in seqs:
+            self.prefiller.finished(s)
+
+    def background(self) -> bool:
+        return self.prefiller.background()
+
+    def has_background(self) -> bool:
+        return self.prefiller.has_background()
 
     def reset(self) -> None:
         self.batch.reset()
+        self.prefiller.reset()
 
 
 def encode_chat(tokenizer: Any, messages: list[Message]) -> list[int]:
@@ -170,7 +225,13 @@ class TransformersEngine(Engine):
         self.context_length = min(self.settings.context_length or native, native)
 
     def _backend(self) -> TransformersBackend:
-        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer))
+        s = self.settings
+        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer),
+                                   s.prefill_chunk_tokens, s.prefix_cache_mb * 2**20)
+
+    def cache_stats(self) -> Any:
+        backend = self.scheduler.backend if self.scheduler else None
+        return backend.prefiller.stats if isinstance(backend, TransformersBackend) else None
 
     def _encode(self, messages: list[Message]) -> tuple[list[int], None]:
         return encode_chat(self.tokenizer, messages), None

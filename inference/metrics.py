@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
-    def __init__(self, running: Callable[[], int], waiting: Callable[[], int]) -> None:
+    def __init__(self, running: Callable[[], int], waiting: Callable[[], int],
+                 cache_stats: Callable[[], Any] = lambda: None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -31,6 +34,32 @@ class Metrics:
         Gauge("inference_queue_depth", "Requests waiting for a slot", registry=r).set_function(
             lambda: float(waiting())
         )
+        r.register(PrefixCacheCollector(cache_stats))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class PrefixCacheCollector:
+    """The prefix cache's counters, read from the engine at each scrape (zeros without one)."""
+
+    def __init__(self, stats: Callable[[], Any]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+
+        def get(name: str) -> float:
+            return float(getattr(s, name, 0) or 0)
+
+        p = "inference_prefix_cache"
+        yield GaugeMetricFamily(f"{p}_bytes", "KV cache kept for reuse, in bytes", value=get("bytes"))
+        yield GaugeMetricFamily(f"{p}_capacity_bytes", "Its bound (PREFIX_CACHE_MB)", value=get("capacity_bytes"))
+        yield GaugeMetricFamily(f"{p}_blocks", "Cached blocks of 16 tokens", value=get("blocks"))
+        yield CounterMetricFamily(f"{p}_query_tokens", "Prompt tokens looked up in the cache",
+                                  value=get("query_tokens"))
+        yield CounterMetricFamily(f"{p}_hit_tokens", "Prompt tokens served from the cache",
+                                  value=get("hit_tokens"))
+        yield GaugeMetricFamily(f"{p}_hit_rate", "hit_tokens / query_tokens since start", value=get("hit_rate"))
+        yield CounterMetricFamily(f"{p}_evicted_blocks", "Blocks evicted (least recently used first)",
+                                  value=get("evicted_blocks"))

@@ -19,6 +19,9 @@ DTYPE=bfloat16 reads it.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -28,6 +31,7 @@ from torch.nn import functional as F
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
 FEW_ROWS = 8
+_dense = threading.local()
 
 
 def fits(linear: nn.Linear, group: int = GROUP) -> bool:
@@ -94,7 +98,22 @@ class Int8Linear(nn.Module):
 
 
 def _few_rows(x: torch.Tensor) -> bool:
-    return x.numel() <= FEW_ROWS * x.shape[-1]
+    return x.numel() <= FEW_ROWS * x.shape[-1] and not getattr(_dense, "on", False)
+
+
+@contextlib.contextmanager
+def dense_only() -> Iterator[None]:
+    """Every call in this thread goes through the bfloat16 weights, however few its rows.
+
+    Prefill uses it: a prompt's KV must not depend on how many of its tokens one call carried
+    (a chunk's last few tokens, the rest after a cached prefix), and below FEW_ROWS rows they
+    would otherwise meet the 4-bit weights."""
+    before = getattr(_dense, "on", False)
+    _dense.on = True
+    try:
+        yield
+    finally:
+        _dense.on = before
 
 
 def quantize_int4(model: Any) -> Any:

@@ -1,10 +1,14 @@
 """Continuous batching: one model thread, many sequences.
 
-Each step of the model thread: drop cancelled sequences, admit waiting ones (one batched
-prefill), then one batched decode step over every running sequence. A new request therefore
-starts streaming after at most one step, and a finished or cancelled one leaves the batch
-before the next step. Results reach the asyncio side through ``loop.call_soon_threadsafe``
-(once per step, for all sequences), so the event loop never waits on the model.
+Each step of the model thread: drop cancelled sequences, admit waiting ones, run one prefill
+step over the admitted prompts (at most PREFILL_CHUNK_TOKENS, shared by all of them, so a long
+prompt takes several steps), then one batched decode step over every running sequence. A
+prompt joins the decode batch once its last chunk is computed; running streams therefore keep
+their pace while a long prompt loads, a short request starts streaming after one step, and a
+finished or cancelled one leaves the batch before the next step. When no prompt waits, the
+prefill step does the backend's own work instead (caching finished replies). Results reach the
+asyncio side through ``loop.call_soon_threadsafe`` (once per step, for all sequences), so the
+event loop never waits on the model.
 
 We use our own scheduler rather than transformers' ContinuousBatchingManager mainly because
 the API needs a per-request seeded generator, and that manager's seed is manager-wide
@@ -127,8 +131,9 @@ class Sequence:
 class Backend(Protocol):
     """The model side; every method runs on the model thread only."""
 
-    def prefill(self, seqs: list[Sequence]) -> list[Sampled]:
-        """Adds `seqs` to the batch; returns the first generated token of each."""
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
+        """Advances the prompts of `seqs` by one prefill step; each prompt it completes joins
+        the batch (in `seqs` order) with its first generated token, the others get None."""
 
     def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         """One step over the whole batch (`seqs` is the batch, in admission order)."""
@@ -136,8 +141,13 @@ class Backend(Protocol):
     def release(self, seqs: list[Sequence]) -> None:
         """Removes `seqs` from the batch."""
 
+    def background(self) -> bool:
+        """One step of the backend's own work, when no prompt waits; whether more remains."""
+
+    def has_background(self) -> bool: ...
+
     def reset(self) -> None:
-        """Drops the whole batch (after an error)."""
+        """Drops the whole batch and every prompt being prefilled (after an error)."""
 
     def is_eos(self, token_id: int) -> bool: ...
 
@@ -149,7 +159,8 @@ class Scheduler:
         self.max_queue = max_queue
         self._cond = threading.Condition()
         self._waiting: deque[Sequence] = deque()
-        self._running: list[Sequence] = []
+        self._running: list[Sequence] = []  # in the decode batch, in the backend's row order
+        self._prefilling: list[Sequence] = []  # admitted, prompt not fully computed yet
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,7 +168,8 @@ class Scheduler:
     # --- asyncio side -------------------------------------------------------------------
     @property
     def running(self) -> int:
-        return len(self._running)
+        """Sequences holding a slot: decoding, or admitted and prefilling."""
+        return len(self._running) + len(self._prefilling)
 
     @property
     def waiting(self) -> int:
@@ -179,7 +191,7 @@ class Scheduler:
         with self._cond:
             if self._stopping:
                 raise QueueFull("shutting down")
-            if len(self._running) + len(self._waiting) >= self.max_batch + self.max_queue:
+            if self.running + len(self._waiting) >= self.max_batch + self.max_queue:
                 raise QueueFull("server is at capacity")
             self._waiting.append(seq)
             self._cond.notify()
@@ -199,27 +211,27 @@ class Scheduler:
             while self._step():
                 pass
         finally:
-            self._fail(self._running + list(self._waiting), "server shutting down")
+            self._fail(self._running + self._prefilling + list(self._waiting), "server shutting down")
 
     def _step(self) -> bool:
         with self._cond:
-            while not self._stopping and not self._waiting and not self._running:
+            while not (self._stopping or self._waiting or self.running or self.backend.has_background()):
                 self._cond.wait()
             if self._stopping:
                 return False
             self._drop_cancelled()
-            room = self.max_batch - len(self._running)
-            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            room = self.max_batch - self.running
             # counted as running from now on, so back-pressure sees them while they prefill
-            self._running.extend(admitted)
-        self._guarded(self._prefill, admitted)
+            self._prefilling.extend(self._waiting.popleft() for _ in range(min(room, len(self._waiting))))
+        self._guarded(self._prefill, None)
         self._guarded(self._decode, None)
         return True
 
     def _drop_cancelled(self) -> None:
-        gone = [s for s in self._running if s.cancelled]
+        gone = [s for s in self._running + self._prefilling if s.cancelled]
         if gone:
             self._running = [s for s in self._running if not s.cancelled]
+            self._prefilling = [s for s in self._prefilling if not s.cancelled]
             self.backend.release(gone)
             now = time.monotonic()
             self._deliver([(s, FinishEvent("cancelled", len(s.prompt_ids), len(s.generated), now)) for s in gone])
@@ -232,15 +244,21 @@ class Scheduler:
             fn(arg)
         except Exception as exc:  # noqa: BLE001 - reported to every affected client
             log.exception("model step failed")
-            victims = list(dict.fromkeys(self._running + (arg or [])))
-            self._running = []
+            victims = list(dict.fromkeys(self._running + self._prefilling + (arg or [])))
+            self._running, self._prefilling = [], []
             self.backend.reset()
             self._fail(victims, f"model error: {exc}")
 
-    def _prefill(self, admitted: list[Sequence]) -> None:
-        if admitted:
-            tokens = self.backend.prefill(admitted)
-            self._advance(admitted, tokens)
+    def _prefill(self, _: None) -> None:
+        if not self._prefilling:
+            self.backend.background()
+            return
+        tokens = self.backend.prefill(list(self._prefilling))
+        done = [(s, t) for s, t in zip(self._prefilling, tokens, strict=True) if t is not None]
+        if done:
+            self._prefilling = [s for s, t in zip(self._prefilling, tokens, strict=True) if t is None]
+            self._running.extend(s for s, _ in done)
+            self._advance([s for s, _ in done], [t for _, t in done])
 
     def _decode(self, _: None) -> None:
         if self._running:

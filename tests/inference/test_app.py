@@ -70,7 +70,10 @@ def test_health_ready_models_metrics(client: TestClient) -> None:
     text = client.get("/metrics").text
     for name in ("inference_requests_total", "inference_queue_depth", "inference_running_sequences",
                  "inference_time_to_first_token_seconds_bucket",
-                 "inference_inter_token_latency_seconds_bucket", "inference_generated_tokens_total"):
+                 "inference_inter_token_latency_seconds_bucket", "inference_generated_tokens_total",
+                 "inference_prefix_cache_hit_rate", "inference_prefix_cache_bytes",
+                 "inference_prefix_cache_capacity_bytes", "inference_prefix_cache_hit_tokens_total",
+                 "inference_prefix_cache_query_tokens_total", "inference_prefix_cache_evicted_blocks_total"):
         assert name in text
     assert 'inference_requests_total{outcome="ok"} 1.0' in text
     assert "inference_generated_tokens_total 9.0" in text

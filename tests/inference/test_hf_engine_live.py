@@ -89,6 +89,17 @@ def test_second_stream_starts_before_first_ends(live_model: LiveServer) -> None:
     assert time.monotonic() - started < 30
 
 
+def test_a_repeated_prompt_is_served_from_the_prefix_cache(live_model: LiveServer) -> None:
+    body = _chat("Describe a lighthouse at night, in detail. " * 8, temperature=0, max_tokens=4)
+    before = _metric(live_model, "inference_prefix_cache_hit_tokens_total")
+    for _ in range(2):
+        httpx.post(f"{live_model.url}/v1/chat/completions", json=body, timeout=60).raise_for_status()
+    assert _metric(live_model, "inference_prefix_cache_hit_tokens_total") - before >= 64
+    assert 0 < _metric(live_model, "inference_prefix_cache_hit_rate") <= 1
+    assert 0 < _metric(live_model, "inference_prefix_cache_bytes") <= _metric(
+        live_model, "inference_prefix_cache_capacity_bytes")
+
+
 def test_disconnect_frees_the_sequence(live_model: LiveServer) -> None:
     body = _chat("Write a very long essay about the sea.", max_tokens=500, stream=True, ignore_eos=True)
     with httpx.Client(base_url=live_model.url, timeout=60) as c:
@@ -104,6 +115,10 @@ def test_disconnect_frees_the_sequence(live_model: LiveServer) -> None:
 
 
 def _running(server: LiveServer) -> float:
-    m = re.search(r"^inference_running_sequences (\S+)$", httpx.get(f"{server.url}/metrics").text, re.M)
+    return _metric(server, "inference_running_sequences")
+
+
+def _metric(server: LiveServer, name: str) -> float:
+    m = re.search(rf"^{name} (\S+)$", httpx.get(f"{server.url}/metrics").text, re.M)
     assert m
     return float(m.group(1))

@@ -130,3 +130,19 @@ def test_the_request_follows_the_replys_record_not_the_preset_as_it_is_now():
     request = build_request(reply)
     assert request.messages[0] == {"role": "system", "content": "Be terse."}
     assert request.temperature == 0.1
+
+def test_the_next_turn_repeats_the_previous_prompt_and_reply_byte_for_byte(settings):
+    """The inference server reuses the KV cache of the longest prefix it has seen: a turn's
+    prompt must start with the previous turn's prompt and reply, unchanged."""
+    settings.INFERENCE_CONTEXT_TOKENS = 8192
+    conversation = create_conversation(system_prompt="Be terse.")
+    q1 = create_message(conversation, content="  first question, with spaces  \n")
+    reply1 = create_message(conversation, role="assistant", content="", reply_to=q1, status="streaming")
+    first = build_request(reply1).messages
+    reply1.content, reply1.status = " streamed text, as it came\n\n", "complete"
+    reply1.save()
+    q2 = create_message(conversation, content="second")
+    second = build_request(create_message(conversation, role="assistant", content="", reply_to=q2,
+                                          status="streaming")).messages
+    assert second[: len(first)] == first
+    assert second[len(first)] == {"role": "assistant", "content": " streamed text, as it came\n\n"}

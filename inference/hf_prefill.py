@@ -1,0 +1,151 @@
+"""The transformers backend's prefill: chunked, on top of the prefix cache, packed.
+
+Each call of `step` computes at most one chunk (PREFILL_CHUNK_TOKENS, shared fairly by the
+prompts being prefilled) in one forward pass, so the scheduler can run a decode step of the
+running batch between chunks. A prompt starts from the longest prefix of it in the prefix
+cache, and its blocks go into the cache once it is computed. When a reply ends, its prompt and
+reply are prefilled again in the background, chunk by chunk when nothing else waits, and
+cached: the next turn of the conversation then finds the whole history. The reply's own KV,
+from the decode steps, is not reused, because it came from other kernels (the 4-bit weights,
+one query per call): a next turn built on it would answer differently than from scratch.
+
+Every path computes a token's KV with the same bits (inference/prefill.py), so greedy replies
+are the same with the cache cold, warm or off, chunked or not.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+
+from inference import quant
+from inference.prefill import (
+    ATTN_BLOCK,
+    MIN_ROWS,
+    Piece,
+    PrefillJob,
+    PrefillPlan,
+    layer_flops_ratio,
+    plan_chunk,
+    register,
+)
+from inference.prefix_cache import BLOCK, CacheStats, PrefixCache
+
+MAX_SEALS = 16  # finished replies waiting to be cached; older ones are dropped
+KV_TOKEN_DIM = 3  # [layers, 2, kv_heads, tokens, head_dim]
+
+
+class Prefiller:
+    def __init__(self, model: Any, chunk_tokens: int, cache_bytes: int) -> None:
+        register()
+        self.model = model
+        cfg = model.config
+        self.layers = cfg.num_hidden_layers
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.device = model.device
+        self.dtype = model.get_input_embeddings().weight.dtype
+        self.chunk_tokens = chunk_tokens
+        self.ratio = layer_flops_ratio(model)
+        self.cache = PrefixCache(cache_bytes, KV_TOKEN_DIM) if cache_bytes > 0 else None
+        self.jobs: dict[int, PrefillJob] = {}  # id(seq) -> its prompt's job
+        self.seals: deque[PrefillJob] = deque()
+
+    @property
+    def stats(self) -> CacheStats:
+        return self.cache.stats if self.cache else CacheStats()
+
+    def step(self, seqs: list[Any]) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
+        """One chunk over the prompts of `seqs`; for each prompt it completed (by id(seq)):
+        its job (whose `kv` holds the prompt's KV) and its last position's logits."""
+        jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
+        done = self._run(plan_chunk(jobs, self.chunk_tokens, self.ratio))
+        for job in done:
+            del self.jobs[id(job.seq)]
+            self._cache(job)
+        return {id(job.seq): (job, logits) for job, logits in done.items()}
+
+    def background(self) -> bool:
+        """One chunk of caching finished replies; whether more remains."""
+        if self.seals:
+            job = self.seals[0]
+            if job.kv.numel() == 0:  # set up when it first runs: the cache may hold more of it by then
+                job = self.seals[0] = self._job(job.tokens, None, count=False)
+            if job.remaining:
+                self._run(plan_chunk([job], self.chunk_tokens, self.ratio))
+            if not job.remaining:
+                self.seals.popleft()
+                self._cache(job)
+        return bool(self.seals)
+
+    def has_background(self) -> bool:
+        return bool(self.seals)
+
+    def finished(self, seq: Any) -> None:
+        """A reply ended: cache its prompt and reply for the conversation's next turn."""
+        job = self.jobs.pop(id(seq), None)
+        if job is not None:  # cancelled while its prompt was prefilled: keep what was computed
+            self._cache(job)
+            return
+        tokens = list(seq.prompt_ids) + list(seq.generated)
+        tokens = tokens[: len(tokens) // BLOCK * BLOCK]  # only whole blocks are ever reused
+        if self.cache is None or len(tokens) <= len(seq.prompt_ids) // BLOCK * BLOCK:
+            return
+        self.seals.append(PrefillJob(tokens, torch.empty(0)))  # its KV is set up when it runs
+        while len(self.seals) > MAX_SEALS:
+            self.seals.popleft()
+
+    def reset(self) -> None:
+        self.jobs.clear()
+        self.seals.clear()
+
+    def _start(self, seq: Any) -> PrefillJob:
+        job = self.jobs[id(seq)] = self._job(list(seq.prompt_ids), seq, count=True)
+        return job
+
+    def _job(self, tokens: list[int], seq: Any, count: bool) -> PrefillJob:
+        capacity = -(-len(tokens) // ATTN_BLOCK) * ATTN_BLOCK  # the last key block is whole
+        kv = torch.empty((self.layers, 2, self.kv_heads, capacity, self.head_dim),
+                         dtype=self.dtype, device=self.device)
+        job = PrefillJob(tokens, kv, seq=seq)
+        if self.cache is not None:
+            # the last prompt token is always computed: its logits give the first reply token
+            blocks = self.cache.lookup(tokens, len(tokens) - 1 if seq is not None else len(tokens), count)
+            for i, block in enumerate(blocks):
+                kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = block
+            job.done = job.cached = len(blocks) * BLOCK
+        kv[:, :, :, job.done :] = 0  # keys not computed yet are masked, and must not be NaN
+        return job
+
+    def _cache(self, job: PrefillJob) -> None:
+        if self.cache is not None and job.done > job.cached:
+            self.cache.insert(job.tokens, job.kv, job.done)
+
+    @torch.inference_mode()
+    def _run(self, work: list[tuple[PrefillJob, int]]) -> dict[PrefillJob, torch.Tensor]:
+        """One forward pass over the pieces packed in one row; logits of completed prompts."""
+        pieces: list[Piece] = []
+        ids: list[int] = []
+        pos: list[int] = []
+        for job, n in work:
+            pieces.append(Piece(job, job.done, n, len(ids)))
+            ids += job.tokens[job.done : job.done + n]
+            pos += range(job.done, job.done + n)
+        pad = max(0, MIN_ROWS - len(ids))  # padding rows: no piece, attention leaves them zero
+        ids, pos = ids + [0] * pad, pos + [0] * pad
+        ending = [p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)]
+        rows = [p.offset + p.length - 1 for p in ending] or [0]
+        rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows every time
+        with quant.dense_only():
+            out = self.model(
+                input_ids=torch.tensor([ids], device=self.device),
+                position_ids=torch.tensor([pos], device=self.device),
+                attention_mask=torch.zeros((1, 1, 1, 1), device=self.device),  # unused: the plan masks
+                use_cache=False, logits_to_keep=torch.tensor(rows, device=self.device),
+                prefill_plan=PrefillPlan(pieces, self.kv_heads),
+            )
+        for p in pieces:
+            p.job.done += p.length
+        return {p.job: out.logits[0, i] for i, p in enumerate(ending)}

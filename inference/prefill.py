@@ -1,0 +1,219 @@
+"""Prefill in pieces whose KV is bit for bit the KV of one whole pass.
+
+A prompt may be prefilled whole, in chunks between decode steps, or on top of a cached prefix;
+greedy replies must not depend on which. torch's own attention kernels do not give that: a
+query's result depends on how many queries and keys share the call (the kernel blocks them
+differently), so a chunked prompt drifts from the unchunked one after a few hundred tokens.
+The linear layers, norms and activations here already give each row the same bits whatever the
+number of rows (tests/inference/test_prefill.py checks it), so only attention is replaced:
+
+- Keys are grouped in fixed blocks of ATTN_BLOCK positions, counted from the prompt's start. A
+  query in block j attends keys [0, j*ATTN_BLOCK) in one unmasked call and its own block
+  [j*ATTN_BLOCK, (j+1)*ATTN_BLOCK) in one masked call (keys not computed yet are zeros and
+  masked), then the two are merged by their log-sum-exp. Every call's keys depend on the query's
+  position alone, never on the chunk it came in.
+- Queries go in as tiles of TILE positions, also counted from the prompt's start, one batch
+  entry per tile (zero rows where the piece does not cover the tile): the kernel sees a query
+  in the same row of a same-shaped entry whatever the piece, since with fewer rows it takes
+  other code paths with other rounding.
+- exp() takes a different code path for the last few elements of a tensor, so the merge weights
+  are computed on a fixed block-sized layout where each tile sits at its place in the block.
+- The sequences of one prefill step are packed into one row for the linear layers (one forward
+  pass however many sequences), and each attends only to its own KV, so a sequence's KV does
+  not depend on what it was prefilled with either.
+
+The attention function takes over transformers' "sdpa" entry only while a PrefillPlan is passed
+in the forward's kwargs; every other call (decode, other users of the model) goes to sdpa as is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ATTN_BLOCK = 256
+TILE = 32  # queries per attention call entry (a multiple of it divides ATTN_BLOCK)
+MIN_ROWS = 16  # fewer rows than this may take a matrix-vector path with other rounding
+_registered = False
+
+
+@dataclass(eq=False)
+class PrefillJob:
+    """One token sequence being prefilled: a prompt (`seq` set) or a finished reply being cached."""
+
+    tokens: list[int]
+    kv: torch.Tensor  # [layers, 2, kv_heads, capacity, head_dim]; zeros past `done`
+    done: int = 0  # tokens whose KV is in `kv`
+    cached: int = 0  # of those, how many came from the prefix cache
+    seq: Any = None
+
+    @property
+    def remaining(self) -> int:
+        return len(self.tokens) - self.done
+
+
+@dataclass
+class Piece:
+    job: PrefillJob
+    start: int  # position of the first token in the sequence
+    length: int
+    offset: int  # where it sits in the packed row
+
+
+@dataclass
+class PrefillPlan:
+    pieces: list[Piece]
+    kv_heads: int
+    _mask: torch.Tensor | None = None
+
+    def attend(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               scale: float) -> torch.Tensor:
+        """query [1, H, T, D], key/value [1, kv_heads, T, D] of the packed row -> [1, T, H, D]."""
+        out = query.new_zeros((1, query.shape[2], query.shape[1], query.shape[3]))
+        for p in self.pieces:
+            kv = p.job.kv[layer]
+            kv[0, :, p.start : p.start + p.length] = key[0, :, p.offset : p.offset + p.length]
+            kv[1, :, p.start : p.start + p.length] = value[0, :, p.offset : p.offset + p.length]
+            for j in range(p.start // ATTN_BLOCK, (p.start + p.length - 1) // ATTN_BLOCK + 1):
+                lo = max(p.start, j * ATTN_BLOCK)
+                hi = min(p.start + p.length, (j + 1) * ATTN_BLOCK)
+                rows = slice(p.offset + lo - p.start, p.offset + hi - p.start)
+                out[0, rows] = self._block(kv, query[0, :, rows], j, lo, scale).transpose(0, 1)
+        return out
+
+    def _block(self, kv: torch.Tensor, q: torch.Tensor, j: int, lo: int, scale: float) -> torch.Tensor:
+        """Queries q [H, n, D] at positions [lo, lo + n) of key block j -> [H, n, D]."""
+        heads, n, dim = q.shape
+        group = heads // self.kv_heads
+        s = j * ATTN_BLOCK
+        first, last = (lo - s) // TILE, (lo + n - 1 - s) // TILE + 1
+        at = lo - s - first * TILE
+        if at or n % TILE:
+            tiles = q.new_zeros((heads, (last - first) * TILE, dim))
+            tiles[:, at : at + n] = q
+        else:
+            tiles = q
+        # one batch entry per tile, a kv head's query heads side by side: every call has the
+        # same shape whatever the piece, and a query always the same row in it
+        tiles = tiles.reshape(self.kv_heads, group, -1, TILE, dim).permute(2, 0, 1, 3, 4)
+        tiles = tiles.reshape(-1, self.kv_heads, group * TILE, dim)
+        keys, values = kv[0][None], kv[1][None]
+        nt = tiles.shape[0]
+        mask = self._tile_mask(group, q.dtype, q.device)[first:last]
+        own, own_lse = _attend(tiles, _tiled(keys, s, s + ATTN_BLOCK, nt), _tiled(values, s, s + ATTN_BLOCK, nt),
+                               mask, scale)
+        if j > 0:
+            past, past_lse = _attend(tiles, _tiled(keys, 0, s, nt), _tiled(values, 0, s, nt), None, scale)
+            own = _merge(past, past_lse, own, own_lse, first)
+        own = own.reshape(-1, self.kv_heads, group, TILE, dim).permute(1, 2, 0, 3, 4).reshape(heads, -1, dim)
+        return own[:, at : at + n]
+
+    def _tile_mask(self, group: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Additive mask [tiles per block, 1, group * TILE, ATTN_BLOCK]: a query sees the keys
+        of its block up to its own position (later ones may not be computed yet: zeros)."""
+        if self._mask is None:
+            pos = torch.arange(ATTN_BLOCK, device=device).reshape(-1, 1, 1, TILE, 1)
+            later = torch.arange(ATTN_BLOCK, device=device).reshape(1, 1, 1, 1, -1) > pos
+            later = later.expand(-1, 1, group, -1, -1).reshape(-1, 1, group * TILE, ATTN_BLOCK)
+            self._mask = torch.zeros(later.shape, dtype=dtype, device=device).masked_fill(later, float("-inf"))
+        return self._mask
+
+
+def _tiled(t: torch.Tensor, start: int, end: int, tiles: int) -> torch.Tensor:
+    return t[:, :, start:end].expand(tiles, -1, -1, -1)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+            scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention output [b, h, n, D] and its log-sum-exp [b, h, n] (float32)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask.float()
+    lse = torch.logsumexp(scores, -1)
+    return (torch.exp(scores - lse[..., None]) @ v.float()).to(q.dtype), lse
+
+
+def _merge(past: torch.Tensor, past_lse: torch.Tensor, own: torch.Tensor, own_lse: torch.Tensor,
+           first: int) -> torch.Tensor:
+    """Softmax-weighted sum of two partial attentions over disjoint keys (tiles first..)."""
+    nt = past_lse.shape[0]
+    # exp() over the whole block's tiles, each at its own place: the same code path for a
+    # query however many tiles came with it
+    block = past_lse.new_zeros((2, ATTN_BLOCK // TILE, *past_lse.shape[1:]))
+    top = torch.maximum(past_lse, own_lse)
+    block[0, first : first + nt] = past_lse - top
+    block[1, first : first + nt] = own_lse - top
+    w = torch.exp(block)[:, first : first + nt, ..., None]
+    w = w / (w[0] + w[1])
+    return torch.addcmul(past * w[0], own, w[1]).to(own.dtype)
+
+
+def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    plan: PrefillPlan | None = kwargs.get("prefill_plan")
+    if plan is None:
+        return _sdpa(module, query, key, value, attention_mask, *args, **kwargs)
+    scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
+    return plan.attend(module.layer_idx, query, key, value, scale), None
+
+
+def _sdpa(*args: Any, **kwargs: Any) -> Any:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(*args, **kwargs)
+
+
+def register() -> None:
+    """Puts `attention` in transformers' "sdpa" slot; without a plan it is sdpa itself."""
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register("sdpa", attention)
+        _registered = True
+
+
+def layer_flops_ratio(model: Any) -> float:
+    """Prompt positions after which a token's attention costs as much as its linear layers.
+
+    A token's linear layers cost 2 FLOPs per weight; its attention 4 * heads * head_dim FLOPs
+    per earlier token (scores and values). Prefill chunks are sized with it (see plan_chunk)."""
+    layer = model.model.layers[0] if hasattr(model, "model") else None
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    weights = sum(m.in_features * m.out_features for m in layer.modules()
+                  if hasattr(m, "in_features") and hasattr(m, "out_features")) if layer else 0
+    per_key = 4 * cfg.num_attention_heads * head_dim
+    return max(1.0, 2 * weights / per_key) if weights else 3000.0
+
+
+def affordable(budget: float, position: int, ratio: float) -> int:
+    """How many tokens from `position` on fit in `budget`, a token at p costing 1 + p / ratio."""
+    if budget <= 0:
+        return 0
+    b = 1 + position / ratio  # n tokens cost n * b + n^2 / (2 * ratio)
+    return int(ratio * (math.sqrt(b * b + 2 * budget / ratio) - b))
+
+
+def plan_chunk(jobs: list[PrefillJob], budget: int, ratio: float) -> list[tuple[PrefillJob, int]]:
+    """Splits one step's budget fairly: shortest remaining first, each an equal share of what
+    is left, so short prompts finish at once and long ones share the rest. 0: no limit."""
+    if budget <= 0:
+        return [(j, j.remaining) for j in jobs if j.remaining]
+    left = float(budget)
+    out: list[tuple[PrefillJob, int]] = []
+    todo = sorted((j for j in jobs if j.remaining), key=lambda j: j.remaining)
+    for i, job in enumerate(todo):
+        share = left / (len(todo) - i)
+        n = min(job.remaining, max(1, affordable(share, job.done, ratio)))
+        out.append((job, n))
+        left -= n * (1 + (job.done + n / 2) / ratio)
+        if left <= 0:
+            break
+    return out

@@ -1,0 +1,121 @@
+"""Chunked prefill and the prefix cache on the bundled model: nothing changes an answer.
+
+Greedy replies must be token for token the same with the cache off, cold and warm, with the
+prompt chunked or whole, and for a conversation's next turn built on a cached reply."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from inference.engine import Message
+from inference.hf_engine import TransformersEngine, encode_chat
+from inference.hf_prefill import Prefiller
+from inference.prefix_cache import BLOCK
+from inference.scheduler import SamplingParams
+from tests.support.inference_app import model_settings
+
+pytestmark = pytest.mark.model
+DOC = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+TURN1 = [Message("user", "Summarise this in one line:\n" + DOC[:2200])]
+TOKENS = 24
+
+
+class _Seq:
+    def __init__(self, prompt: list[int]) -> None:
+        self.prompt_ids, self.generated = prompt, []
+
+
+def _prefill(loaded: Any, prompt: list[int], sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    pf = Prefiller(loaded.model, 0, 0)
+    job = pf._start(_Seq(prompt))
+    logits = None
+    for n in sizes:
+        logits = next(iter(pf._run([(job, n)]).values()), logits)
+    assert logits is not None
+    return job.kv, logits
+
+
+def test_kv_bits_do_not_depend_on_the_chunks(loaded_model: Any) -> None:
+    prompt = encode_chat(loaded_model.tokenizer, TURN1)
+    kv, logits = _prefill(loaded_model, prompt, [len(prompt)])
+    rng = random.Random(0)
+    sizes = [1]
+    while sum(sizes) < len(prompt):
+        sizes.append(min(len(prompt) - sum(sizes), rng.choice([3, 37, 100, 300])))
+    kv2, logits2 = _prefill(loaded_model, prompt, sizes)
+    assert torch.equal(kv2, kv) and torch.equal(logits2, logits)
+
+
+async def _greedy(engine: TransformersEngine, messages: list[Message]) -> list[int]:
+    return (await _reply(engine, messages))[0]
+
+
+async def _reply(engine: TransformersEngine, messages: list[Message]) -> tuple[list[int], str]:
+    """The reply's tokens, and its text as streamed (what the site saves and sends back)."""
+    gen = engine.submit(messages, SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True))
+    text = "".join([getattr(ev, "text", "") async for ev in gen])
+    return list(gen._seq.generated), text
+
+
+async def _settled(engine: TransformersEngine) -> None:
+    """Waits for the finished reply to be cached (background work of the model thread)."""
+    backend: Any = engine.scheduler.backend if engine.scheduler else None
+    for _ in range(600):
+        if not backend.has_background():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the reply was never cached")
+
+
+async def _conversation(loaded: Any, **settings: Any) -> tuple[list[int], list[int], list[int], Any, int]:
+    """Turn 1 twice (cold, then warm), then turn 2 on top of turn 1's reply; the cache's
+    stats, and how many of turn 2's tokens came from it."""
+    engine = TransformersEngine(model_settings(**settings), loaded=loaded)
+    await engine.start()
+    await engine.wait_ready(300)
+    try:
+        cold, reply = await _reply(engine, TURN1)
+        await _settled(engine)
+        warm = await _greedy(engine, TURN1)
+        await _settled(engine)
+        turn2 = [*TURN1, Message("assistant", reply), Message("user", "Shorter, please.")]
+        before = engine.cache_stats().hit_tokens
+        second = await _greedy(engine, turn2)
+        stats = engine.cache_stats()
+        return cold, warm, second, stats, stats.hit_tokens - before
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.anyio
+async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> None:
+    off = await _conversation(loaded_model, prefix_cache_mb=0, prefill_chunk_tokens=0)
+    assert off[0] == off[1]
+    for settings in ({"prefix_cache_mb": 64, "prefill_chunk_tokens": 0},
+                     {"prefix_cache_mb": 64, "prefill_chunk_tokens": 96},
+                     {"prefix_cache_mb": 0, "prefill_chunk_tokens": 64}):
+        cold, warm, second, *_ = await _conversation(loaded_model, **settings)
+        assert (cold, warm, second) == off[:3], settings
+
+
+@pytest.mark.anyio
+async def test_the_next_turn_starts_after_the_cached_reply(loaded_model: Any) -> None:
+    prompt1 = encode_chat(loaded_model.tokenizer, TURN1)
+    *_, stats, turn2_hits = await _conversation(loaded_model, prefix_cache_mb=64, prefill_chunk_tokens=0)
+    assert turn2_hits >= (len(prompt1) + TOKENS) // BLOCK * BLOCK - BLOCK  # prompt and reply
+    assert turn2_hits > len(prompt1)
+    assert stats.bytes <= stats.capacity_bytes
+
+
+@pytest.mark.anyio
+async def test_the_cache_stays_within_its_bound(loaded_model: Any) -> None:
+    cold, warm, _, stats, _ = await _conversation(loaded_model, prefix_cache_mb=2, prefill_chunk_tokens=0)
+    assert 0 < stats.bytes <= stats.capacity_bytes == 2 * 2**20
+    assert stats.evicted_blocks > 0
+    assert cold == warm

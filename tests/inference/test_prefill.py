@@ -1,0 +1,96 @@
+"""Prefill in pieces: the same bits as one whole pass, and fair chunks.
+
+The attention tests use random tensors (fast); the `model` ones the bundled model, where the
+linear layers, norms and activations must keep each row's bits too."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from inference.prefill import ATTN_BLOCK, Piece, PrefillJob, PrefillPlan, affordable, plan_chunk
+
+HEADS, KV_HEADS, DIM = 9, 3, 64
+
+
+def job(n: int, done: int = 0) -> PrefillJob:
+    cap = -(-n // ATTN_BLOCK) * ATTN_BLOCK
+    return PrefillJob(list(range(n)), torch.zeros((1, 2, KV_HEADS, cap, DIM), dtype=torch.bfloat16), done)
+
+
+def split(n: int, rng: random.Random) -> list[int]:
+    sizes = []
+    while n:
+        sizes.append(min(n, rng.choice([1, 2, 5, 31, 32, 33, 100, 257])))
+        n -= sizes[-1]
+    return sizes
+
+
+def run_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, PrefillJob]:
+    """Attention of one sequence prefilled in calls of `sizes` tokens (each packed after a
+    decoy sequence, so a call also holds other rows)."""
+    j, decoy = job(q.shape[2]), job(40)
+    outs = []
+
+    def row(t: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        return torch.cat([t[:, :, :7], t[:, :, lo:hi]], dim=2)
+
+    for n in sizes:
+        a = j.done
+        pieces = [Piece(decoy, 0, 7, 0), Piece(j, a, n, 7)]
+        out = PrefillPlan(pieces, KV_HEADS).attend(0, row(q, a, a + n), row(k, a, a + n), row(v, a, a + n), DIM**-0.5)
+        outs.append(out[:, 7:])
+        j.done += n
+    return torch.cat(outs, dim=1), j
+
+
+@pytest.fixture(scope="module")
+def qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    n = 3 * ATTN_BLOCK + 77
+    return tuple(torch.randn((1, h, n, DIM), generator=g).to(torch.bfloat16) for h in (HEADS, KV_HEADS, KV_HEADS))
+
+
+def test_attention_is_causal_attention(qkv: Any) -> None:
+    q, k, v = qkv
+    out, _ = run_pieces(q, k, v, [q.shape[2]])
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    assert torch.allclose(out.float(), ref.transpose(1, 2), atol=2e-2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_attention_bits_do_not_depend_on_the_pieces(qkv: Any, seed: int) -> None:
+    q, k, v = qkv
+    whole, whole_job = run_pieces(q, k, v, [q.shape[2]])
+    parts, parts_job = run_pieces(q, k, v, split(q.shape[2], random.Random(seed)))
+    assert torch.equal(parts, whole)
+    assert torch.equal(parts_job.kv, whole_job.kv)
+
+
+def test_chunk_budget_is_shared_shortest_first() -> None:
+    short, long_ = job(20), job(5000)
+    plan = {id(j): n for j, n in plan_chunk([long_, short], 256, 3000.0)}
+    assert plan[id(short)] == 20  # a short prompt finishes in its first step
+    assert 200 < plan[id(long_)] <= 236
+
+
+def test_deep_tokens_count_for_more() -> None:
+    assert affordable(256, 0, 3000.0) > affordable(256, 4000, 3000.0) > 256 // 3
+    late = job(5000, done=4000)
+    (_, n), = plan_chunk([late], 256, 3000.0)
+    assert n == affordable(256, 4000, 3000.0)
+
+
+def test_no_budget_means_whole_prompts() -> None:
+    jobs = [job(20), job(5000, done=10)]
+    assert [n for _, n in plan_chunk(jobs, 0, 3000.0)] == [20, 4990]
+
+
+def test_every_prompt_progresses() -> None:
+    jobs = [job(3000) for _ in range(8)]
+    assert all(n >= 1 for _, n in plan_chunk(jobs, 8, 3000.0)[:1])
+    assert plan_chunk(jobs, 1, 3000.0)[0][1] == 1

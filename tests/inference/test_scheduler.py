@@ -1,0 +1,154 @@
+"""The scheduler's step loop with chunked prefill, on a scripted backend (no model)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from inference.scheduler import FinishEvent, SamplingParams, Scheduler, Sequence, TokenEvent
+
+pytestmark = pytest.mark.anyio
+
+
+class Letters:
+    def push(self, token_id: int) -> str:
+        return "x"
+
+    def flush(self) -> str:
+        return ""
+
+
+class ChunkedBackend:
+    """A prompt takes `payload` prefill steps; every step is logged."""
+
+    def __init__(self, background_steps: int = 0) -> None:
+        self.log: list[tuple[str, tuple[str, ...]]] = []
+        self.left: dict[int, int] = {}
+        self.batch: list[Sequence] = []
+        self.background_steps = background_steps
+
+    def prefill(self, seqs: list[Sequence]) -> list[int | None]:
+        self.log.append(("prefill", tuple(s.request_id for s in seqs)))
+        out: list[int | None] = []
+        for s in seqs:
+            self.left[id(s)] = self.left.get(id(s), s.payload) - 1
+            out.append(1 if self.left[id(s)] == 0 else None)
+            if out[-1] is not None:
+                self.batch.append(s)
+        return out
+
+    def decode(self, seqs: list[Sequence]) -> list[int]:
+        assert seqs == self.batch
+        self.log.append(("decode", tuple(s.request_id for s in seqs)))
+        return [1] * len(seqs)
+
+    def release(self, seqs: list[Sequence]) -> None:
+        self.log.append(("release", tuple(s.request_id for s in seqs)))
+        self.batch = [s for s in self.batch if s not in seqs]
+
+    def background(self) -> bool:
+        self.background_steps -= 1
+        self.log.append(("background", ()))
+        return self.background_steps > 0
+
+    def has_background(self) -> bool:
+        return self.background_steps > 0
+
+    def reset(self) -> None:
+        self.batch = []
+
+    def is_eos(self, token_id: int) -> bool:
+        return False
+
+
+def seq(name: str, steps: int, tokens: int) -> Sequence:
+    s = Sequence([0] * 10, SamplingParams(max_tokens=tokens), Letters(), asyncio.Queue(), payload=steps)
+    s.request_id = name
+    return s
+
+
+async def finish(s: Sequence) -> list[Any]:
+    events = []
+    while not events or not isinstance(events[-1], FinishEvent):
+        events.append(await asyncio.wait_for(s.queue.get(), 10))
+    return events
+
+
+async def started(s: Sequence) -> None:
+    while s.queue.empty():
+        await asyncio.sleep(0.001)
+
+
+async def test_running_streams_decode_between_the_chunks_of_a_long_prompt() -> None:
+    backend = ChunkedBackend()
+    sched = Scheduler(backend, max_batch=4, max_queue=4)
+    sched.start(asyncio.get_running_loop())
+    try:
+        short = seq("short", 1, 1_000_000)
+        sched.submit(short)
+        await started(short)
+        long_ = seq("long", 5, 2)
+        sched.submit(long_)
+        events = await finish(long_)
+        sched.cancel(short)
+    finally:
+        sched.stop()
+    assert isinstance(events[0], TokenEvent)
+    steps = [entry for entry in backend.log if "long" in entry[1] or entry[0] == "decode"]
+    first = steps.index(("prefill", ("long",)))
+    # five prefill steps of the long prompt, each followed by a decode step of the running one
+    assert steps[first : first + 10] == [("prefill", ("long",)), ("decode", ("short",))] * 4 + [
+        ("prefill", ("long",)), ("decode", ("short", "long"))]
+
+
+async def test_arriving_prompts_share_the_prefill_step() -> None:
+    backend = ChunkedBackend()
+    sched = Scheduler(backend, max_batch=4, max_queue=4)
+    a, b = seq("a", 3, 1), seq("b", 1, 1)
+    sched.submit(a)
+    sched.submit(b)
+    sched.start(asyncio.get_running_loop())
+    try:
+        await finish(a)
+        await finish(b)
+    finally:
+        sched.stop()
+    assert backend.log[0] == ("prefill", ("a", "b"))
+    assert backend.log[1] == ("release", ("b",))  # b done after one step (max_tokens 1)
+    assert ("prefill", ("a",)) in backend.log
+
+
+async def test_cancel_while_prefilling_frees_the_slot() -> None:
+    backend = ChunkedBackend()
+    sched = Scheduler(backend, max_batch=1, max_queue=0)
+    sched.start(asyncio.get_running_loop())
+    try:
+        long_ = seq("long", 10_000, 5)
+        sched.submit(long_)
+        while ("prefill", ("long",)) not in backend.log:
+            await asyncio.sleep(0.001)
+        assert sched.running == 1
+        sched.cancel(long_)
+        assert (await finish(long_))[-1].reason == "cancelled"
+        assert ("release", ("long",)) in backend.log
+        nxt = seq("next", 1, 1)
+        sched.submit(nxt)  # the slot is free again
+        await finish(nxt)
+    finally:
+        sched.stop()
+
+
+async def test_background_work_runs_while_idle() -> None:
+    backend = ChunkedBackend(background_steps=3)
+    sched = Scheduler(backend, max_batch=1, max_queue=0)
+    sched.start(asyncio.get_running_loop())
+    try:
+        for _ in range(1000):
+            if not backend.has_background():
+                break
+            await asyncio.sleep(0.001)
+    finally:
+        sched.stop()
+    assert backend.log == [("background", ())] * 3

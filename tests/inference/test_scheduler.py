@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from inference.sampling_params import Sampled
 from inference.scheduler import FinishEvent, SamplingParams, Scheduler, Sequence, TokenEvent
 
 pytestmark = pytest.mark.anyio
@@ -29,20 +30,20 @@ class ChunkedBackend:
         self.batch: list[Sequence] = []
         self.background_steps = background_steps
 
-    def prefill(self, seqs: list[Sequence]) -> list[int | None]:
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
         self.log.append(("prefill", tuple(s.request_id for s in seqs)))
-        out: list[int | None] = []
+        out: list[Sampled | None] = []
         for s in seqs:
             self.left[id(s)] = self.left.get(id(s), s.payload) - 1
-            out.append(1 if self.left[id(s)] == 0 else None)
+            out.append(Sampled(1) if self.left[id(s)] == 0 else None)
             if out[-1] is not None:
                 self.batch.append(s)
         return out
 
-    def decode(self, seqs: list[Sequence]) -> list[int]:
+    def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         assert seqs == self.batch
         self.log.append(("decode", tuple(s.request_id for s in seqs)))
-        return [1] * len(seqs)
+        return [Sampled(1)] * len(seqs)
 
     def release(self, seqs: list[Sequence]) -> None:
         self.log.append(("release", tuple(s.request_id for s in seqs)))

@@ -12,32 +12,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
-from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-get_asgi_application()  # sets Django up
-
-
-class SharedThreadASGIHandler(ASGIHandler):
-    """Django's handler without a thread of its own per request.
-
-    Django wraps each request in asgiref's ThreadSensitiveContext, which starts a new OS
-    thread for the request's sync code and joins it at the end, and that thread opens its
-    own database connection: at 200 sends at once, thread starts, joins and connects were
-    a large part of the CPU of a send. Without it, every request's sync code runs in the
-    one thread asgiref keeps for sync code (where the relay's saves already run), with one
-    lasting connection. Sync code is serialised either way by the GIL; what is lost is
-    overlapping database round trips of different requests, which SQLite serialises
-    anyway and PostgreSQL on the same network answers in a fraction of a millisecond.
-    """
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        await self.handle(scope, receive, send)
-
-
-django_application = SharedThreadASGIHandler()
+django_application = get_asgi_application()
 
 from chat.relay.manager import relay_manager  # noqa: E402
 from chat.streaming import delivery  # noqa: E402

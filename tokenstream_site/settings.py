@@ -118,10 +118,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-    # Sync code runs in one long-lived thread (tokenstream_site/asgi.py): keep its
-    # connection instead of opening the file and setting it up again for every request.
-    DATABASES["default"]["CONN_MAX_AGE"] = None
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django runs each request's sync code in a thread of its own, each with its own

@@ -259,10 +259,10 @@ CHAT_DEFAULT_TOP_P = env_float("CHAT_DEFAULT_TOP_P", 0.9)
 # Against repetition loops, chosen with bench/quality.py on the bundled model (bench/README.md).
 # A conversation or preset may set its own; "" (empty) sends none, leaving the server's.
 CHAT_DEFAULT_REPETITION_PENALTY = env_optional_float("CHAT_DEFAULT_REPETITION_PENALTY", None)
-CHAT_DEFAULT_FREQUENCY_PENALTY = env_optional_float("CHAT_DEFAULT_FREQUENCY_PENALTY", None)
-CHAT_DEFAULT_PRESENCE_PENALTY = env_optional_float("CHAT_DEFAULT_PRESENCE_PENALTY", None)
+CHAT_DEFAULT_FREQUENCY_PENALTY = env_optional_float("CHAT_DEFAULT_FREQUENCY_PENALTY", 0.8)
+CHAT_DEFAULT_PRESENCE_PENALTY = env_optional_float("CHAT_DEFAULT_PRESENCE_PENALTY", 0.3)
 CHAT_DEFAULT_TOP_K = env_optional_float("CHAT_DEFAULT_TOP_K", None)
-CHAT_DEFAULT_MIN_P = env_optional_float("CHAT_DEFAULT_MIN_P", None)
+CHAT_DEFAULT_MIN_P = env_optional_float("CHAT_DEFAULT_MIN_P", 0.1)
 CHAT_MAX_STREAMING_PER_USER = env_int("CHAT_MAX_STREAMING_PER_USER", 3)
 # Replies started per minute: sends, edits and regenerates alike.
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 30)

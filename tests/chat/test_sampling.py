@@ -55,6 +55,7 @@ def test_the_conversation_wins_over_its_preset_which_wins_over_the_site(settings
     settings.CHAT_DEFAULT_REPETITION_PENALTY = 1.1
     settings.CHAT_DEFAULT_MIN_P = 0.02
     settings.CHAT_DEFAULT_TOP_K = None
+    settings.CHAT_DEFAULT_FREQUENCY_PENALTY = None
     preset = Preset.objects.create(name="Poet", repetition_penalty=1.2, top_k=30)
     conversation = create_conversation(preset=preset, repetition_penalty=1.25)
     record = generation_for(conversation)

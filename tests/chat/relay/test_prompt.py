@@ -131,6 +131,8 @@ def test_the_request_follows_the_replys_record_not_the_preset_as_it_is_now():
     assert request.messages[0] == {"role": "system", "content": "Be terse."}
     assert request.temperature == 0.1
 
+
+@pytest.mark.django_db
 def test_the_next_turn_repeats_the_previous_prompt_and_reply_byte_for_byte(settings):
     """The inference server reuses the KV cache of the longest prefix it has seen: a turn's
     prompt must start with the previous turn's prompt and reply, unchanged."""

@@ -25,12 +25,19 @@ from inference.settings import Settings
 from inference.textstream import IncrementalDetokenizer
 
 
-def decode_rate(loaded: LoadedModel, backend: TransformersBackend, batch: int, tokens: int,
-                few_rows: int) -> float:
+def decode_rate(
+    loaded: LoadedModel, backend: TransformersBackend, batch: int, tokens: int, few_rows: int
+) -> float:
     quant.FEW_ROWS = few_rows
-    seqs = [Sequence(encode_chat(loaded.tokenizer, [Message("user", PROMPTS[i % len(PROMPTS)])]),
-                     SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True),
-                     IncrementalDetokenizer(loaded.tokenizer), asyncio.Queue()) for i in range(batch)]
+    seqs = [
+        Sequence(
+            encode_chat(loaded.tokenizer, [Message("user", PROMPTS[i % len(PROMPTS)])]),
+            SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True),
+            IncrementalDetokenizer(loaded.tokenizer),
+            asyncio.Queue(),
+        )
+        for i in range(batch)
+    ]
     for seq, tok in zip(seqs, backend.prefill(seqs)):
         seq.generated.append(tok.token)
     start = time.perf_counter()
@@ -42,7 +49,9 @@ def decode_rate(loaded: LoadedModel, backend: TransformersBackend, batch: int, t
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--batches", default="1,2,4,8,12,16")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)

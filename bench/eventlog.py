@@ -20,11 +20,12 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
+
 # The storage we replaced, measured beside ours (the project itself never uses it).
 from django_eventstream.storage import DjangoModelStorage  # noqa: E402
 
-from chat.streaming.eventstream import Subscription  # noqa: E402
 from chat.streaming.channels import channel_for  # noqa: E402
+from chat.streaming.eventstream import Subscription  # noqa: E402
 from chat.streaming.publish import publish_on_loop  # noqa: E402
 
 CONVERSATION = "0" * 32
@@ -57,8 +58,12 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     memory = asyncio.run(memory_rate(50000))
     model = storage_rate(DjangoModelStorage(), 300)
-    print(f"in-memory log, publish to a listener: {memory:10.0f} events/s ({1e6 / memory:.1f} us/event)")
-    print(f"DjangoModelStorage on SQLite (disk):  {model:10.0f} events/s ({1e3 / model:.2f} ms/event)")
+    print(
+        f"in-memory log, publish to a listener: {memory:10.0f} events/s ({1e6 / memory:.1f} us/event)"
+    )
+    print(
+        f"DjangoModelStorage on SQLite (disk):  {model:10.0f} events/s ({1e3 / model:.2f} ms/event)"
+    )
     print(f"ratio: {memory / model:.0f}x")
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
     try:
@@ -68,7 +73,9 @@ def main() -> None:
         from chat.streaming.redis_log import RedisEventStorage
 
         rate = storage_rate(RedisEventStorage(), 3000)
-        print(f"Redis log (append, one round trip):   {rate:10.0f} events/s ({1e3 / rate:.2f} ms/event)")
+        print(
+            f"Redis log (append, one round trip):   {rate:10.0f} events/s ({1e3 / rate:.2f} ms/event)"
+        )
     except Exception as exc:  # Redis is optional here
         print(f"Redis log: skipped ({exc.__class__.__name__}: {exc})")
 

@@ -22,8 +22,14 @@ PAGE_SIZE = 32
 
 def run_hf_manager(loaded: LoadedModel, n: int, tokens: int) -> Result:
     tok = loaded.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                                       add_generation_prompt=True, return_dict=True)["input_ids"] for i in range(n)]
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+            add_generation_prompt=True,
+            return_dict=True,
+        )["input_ids"]
+        for i in range(n)
+    ]
     with started_manager(loaded.model, prompts, tokens) as manager:
         # like our engine's start-up: one short generation first, so the rows pay no first-call costs
         manager.add_request(prompts[0], request_id="warmup", max_new_tokens=2)
@@ -62,7 +68,9 @@ def started_manager(model: Any, prompts: list[list[int]], tokens: int) -> Iterat
     try:
         yield manager
     finally:
-        manager.stop(block=True, timeout=60)  # also restores the attention implementation it switched
+        manager.stop(
+            block=True, timeout=60
+        )  # also restores the attention implementation it switched
         manager.destroy()
         model.destroy_cached_continuous_batching_manager()
         if model.config._attn_implementation != attn:
@@ -73,8 +81,10 @@ def started_manager(model: Any, prompts: list[list[int]], tokens: int) -> Iterat
 def measure(manager: Any, prompts: list[list[int]], tokens: int) -> Result:
     res = Result()
     t0 = time.monotonic()
-    ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=tokens, streaming=True)
-           for i, p in enumerate(prompts)]
+    ids = [
+        manager.add_request(p, request_id=f"r{i}", max_new_tokens=tokens, streaming=True)
+        for i, p in enumerate(prompts)
+    ]
     seen = {rid: 0 for rid in ids if rid is not None}  # generated tokens so far
     last: dict[str, float] = {}
     finished = 0

@@ -39,11 +39,17 @@ Measure = Callable[[int, int], Result]  # (concurrent streams, tokens each) -> w
 
 
 # --- clients --------------------------------------------------------------------------------
-async def one_http(client: httpx.AsyncClient, url: str, i: int, tokens: int, res: Result,
-                   sampling: dict[str, Any]) -> None:
-    body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "stream": True,
-            "max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-            "stream_options": {"include_usage": True}} | sampling
+async def one_http(
+    client: httpx.AsyncClient, url: str, i: int, tokens: int, res: Result, sampling: dict[str, Any]
+) -> None:
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "stream": True,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    } | sampling
     start = time.monotonic()
     last: float | None = None
     done = False
@@ -96,7 +102,9 @@ async def run_in_process(engine: TransformersEngine, n: int, tokens: int) -> Res
         async for ev in engine.submit([Message("user", PROMPTS[i % len(PROMPTS)])], params):
             if isinstance(ev, TokenEvent):
                 now = time.monotonic()
-                (res.ttft if last is None else res.itl).append(now - (start if last is None else last))
+                (res.ttft if last is None else res.itl).append(
+                    now - (start if last is None else last)
+                )
                 last = now
             elif getattr(ev, "completion_tokens", 0) >= tokens:
                 res.tokens += ev.completion_tokens
@@ -110,8 +118,17 @@ async def run_in_process(engine: TransformersEngine, n: int, tokens: int) -> Res
 
 
 def settings_for(dtype: str, max_batch: int) -> Settings:
-    return Settings(engine="transformers", dtype=dtype, device="auto", max_batch=max_batch, max_queue=256,
-                    model="", model_name="", inference_api_key="", context_length=0)
+    return Settings(
+        engine="transformers",
+        dtype=dtype,
+        device="auto",
+        max_batch=max_batch,
+        max_queue=256,
+        model="",
+        model_name="",
+        inference_api_key="",
+        context_length=0,
+    )
 
 
 async def in_process(loaded: LoadedModel, settings: Settings, n: int, tokens: int) -> Result:
@@ -125,28 +142,57 @@ async def in_process(loaded: LoadedModel, settings: Settings, n: int, tokens: in
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", default="1,4,8,16", help="concurrency levels")
     ap.add_argument("--tokens", type=int, default=128, help="new tokens per request")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of the interleaved single-stream comparison (medians reported; 0: skip)")
-    ap.add_argument("--dtype", default="auto", help="DTYPE of the side-by-side comparison (auto: "
-                    "what the server picks, int4 for the bundled model on CPU)")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int8,int4",
-                    help="per-DTYPE rows (in-process; empty: skip)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of the interleaved single-stream comparison (medians reported; 0: skip)",
+    )
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        help="DTYPE of the side-by-side comparison (auto: "
+        "what the server picks, int4 for the bundled model on CPU)",
+    )
+    ap.add_argument(
+        "--dtypes",
+        default="float32,bfloat16,int8,int4",
+        help="per-DTYPE rows (in-process; empty: skip)",
+    )
     ap.add_argument("--dtype-n", type=int, default=8, help="concurrency of the per-DTYPE rows")
     ap.add_argument("--skip-seed", action="store_true", help="skip the seed baseline (slow)")
-    ap.add_argument("--sampling", action="append", default=[], type=sampling_fields, metavar="K=V,...",
-                    help="also run our server with these request fields (each request stays "
-                         "max_tokens long: ignore_eos), e.g. temperature=0.5,top_p=0.9,"
-                         "repetition_penalty=1.1: a mode of its own, 'sampling A', B...; repeatable")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run every level's modes this many times, interleaved; rows are medians")
-    ap.add_argument("--hf-manager", action="store_true",
-                    help="add transformers' ContinuousBatchingManager, in-process, as a baseline")
-    ap.add_argument("--llama-python", default="",
-                    help="a python with llama-cpp-python[server] installed: adds its server, "
-                         "on the same GGUF file, as a baseline")
+    ap.add_argument(
+        "--sampling",
+        action="append",
+        default=[],
+        type=sampling_fields,
+        metavar="K=V,...",
+        help="also run our server with these request fields (each request stays "
+        "max_tokens long: ignore_eos), e.g. temperature=0.5,top_p=0.9,"
+        "repetition_penalty=1.1: a mode of its own, 'sampling A', B...; repeatable",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every level's modes this many times, interleaved; rows are medians",
+    )
+    ap.add_argument(
+        "--hf-manager",
+        action="store_true",
+        help="add transformers' ContinuousBatchingManager, in-process, as a baseline",
+    )
+    ap.add_argument(
+        "--llama-python",
+        default="",
+        help="a python with llama-cpp-python[server] installed: adds its server, "
+        "on the same GGUF file, as a baseline",
+    )
     return ap.parse_args(argv)
 
 
@@ -155,8 +201,10 @@ def main() -> None:
     levels = [int(x) for x in args.n.split(",")]
     loaded = prepare_model(settings_for(args.dtype, 1))
     print(f"\nmodel {loaded.folder} dtype {loaded.dtype}, {args.tokens} new tokens per request")
-    print("(this machine's speed drifts by tens of percent from minute to minute, so every level runs\n"
-          " all modes back to back, and the single-stream ratios are medians of interleaved rounds)\n")
+    print(
+        "(this machine's speed drifts by tens of percent from minute to minute, so every level runs\n"
+        " all modes back to back, and the single-stream ratios are medians of interleaved rounds)\n"
+    )
     print(HEADER)
     rows: dict[tuple[str, int], Result] = {}
     with contextlib.ExitStack() as stack:
@@ -165,7 +213,8 @@ def main() -> None:
             for label, runs in _rounds(modes, args.repeat, n, args.tokens).items():
                 show(rows, label, n, _median_run(runs))
         modes["batched in-process"] = lambda n, tokens: asyncio.run(
-            in_process(loaded, settings_for(args.dtype, 1), n, tokens))
+            in_process(loaded, settings_for(args.dtype, 1), n, tokens)
+        )
         if args.rounds:
             single_stream(modes, args.rounds, args.tokens, rows)
     print_targets(rows, levels)
@@ -179,25 +228,63 @@ def show(rows: dict[tuple[str, int], Result], label: str, n: int, r: Result) -> 
     print(r.row(label, n), flush=True)
 
 
-def start_modes(stack: contextlib.ExitStack, args: argparse.Namespace, levels: list[int],
-                loaded: LoadedModel) -> dict[str, Measure]:
+def start_modes(
+    stack: contextlib.ExitStack, args: argparse.Namespace, levels: list[int], loaded: LoadedModel
+) -> dict[str, Measure]:
     """Every server in its own process, as deployed (the site is another process)."""
-    http = {"batched HTTP": stack.enter_context(server_process(
-        [sys.executable, "-m", "inference", "--dtype", args.dtype, "--max-batch", str(max(levels)),
-         "--max-queue", "256", "--log-level", "warning"], "/ready", port_flag="--port"))}
+    http = {
+        "batched HTTP": stack.enter_context(
+            server_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "inference",
+                    "--dtype",
+                    args.dtype,
+                    "--max-batch",
+                    str(max(levels)),
+                    "--max-queue",
+                    "256",
+                    "--log-level",
+                    "warning",
+                ],
+                "/ready",
+                port_flag="--port",
+            )
+        )
+    }
     if not args.skip_seed:
-        http["seed thread+generate HTTP"] = stack.enter_context(server_process(
-            [sys.executable, "-m", "bench.seed_server", "--dtype", args.dtype], "/openapi.json",
-            port_flag="--port"))
+        http["seed thread+generate HTTP"] = stack.enter_context(
+            server_process(
+                [sys.executable, "-m", "bench.seed_server", "--dtype", args.dtype],
+                "/openapi.json",
+                port_flag="--port",
+            )
+        )
     if args.llama_python:
         from inference.model_store import bundled_gguf
 
         # all cores, one request at a time: with its default interrupt_requests it cuts
         # concurrent streams off mid-body
-        http["llama-cpp-python server"] = stack.enter_context(server_process(
-            [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
-             "--host", "127.0.0.1", "--n_ctx", "4096", "--interrupt_requests", "False"],
-            "/v1/models", port_flag="--port"))
+        http["llama-cpp-python server"] = stack.enter_context(
+            server_process(
+                [
+                    args.llama_python,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    str(bundled_gguf()),
+                    "--host",
+                    "127.0.0.1",
+                    "--n_ctx",
+                    "4096",
+                    "--interrupt_requests",
+                    "False",
+                ],
+                "/v1/models",
+                port_flag="--port",
+            )
+        )
     modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
     for letter, fields in zip(LETTERS, args.sampling):
         if http["batched HTTP"]:
@@ -209,10 +296,14 @@ def start_modes(stack: contextlib.ExitStack, args: argparse.Namespace, levels: l
     return modes
 
 
-def single_stream(modes: dict[str, Measure], rounds: int, tokens: int,
-                  rows: dict[tuple[str, int], Result]) -> None:
-    single = {label: modes[label] for label in ("batched HTTP", "batched in-process",
-                                                  "llama-cpp-python server") if label in modes}
+def single_stream(
+    modes: dict[str, Measure], rounds: int, tokens: int, rows: dict[tuple[str, int], Result]
+) -> None:
+    single = {
+        label: modes[label]
+        for label in ("batched HTTP", "batched in-process", "llama-cpp-python server")
+        if label in modes
+    }
     print(f"\nsingle stream, {rounds} interleaved rounds:")
     for label, runs in _rounds(single, rounds, 1, tokens).items():
         show(rows, _median(label), 1, _median_run(runs))
@@ -222,7 +313,11 @@ def dtype_rows(loaded: LoadedModel, args: argparse.Namespace) -> None:
     print("\nper DTYPE (in-process engine):")
     print(HEADER)
     for dtype in args.dtypes.split(","):
-        model = loaded if dtype == loaded.dtype else prepare_model(settings_for(dtype, 1), progress=lambda _: None)
+        model = (
+            loaded
+            if dtype == loaded.dtype
+            else prepare_model(settings_for(dtype, 1), progress=lambda _: None)
+        )
         for n in sorted({1, args.dtype_n}):
             r = asyncio.run(in_process(model, settings_for(dtype, n), n, args.tokens))
             print(r.row(f"dtype {dtype}", n), flush=True)
@@ -251,20 +346,25 @@ def _median_run(runs: list[Result]) -> Result:
 LETTERS = "ABCDEFGH"
 
 
-def print_sampling_costs(rows: dict[tuple[str, int], Result], levels: list[int],
-                         settings: list[dict[str, Any]]) -> None:
+def print_sampling_costs(
+    rows: dict[tuple[str, int], Result], levels: list[int], settings: list[dict[str, Any]]
+) -> None:
     """Each --sampling mode's tokens/s as a ratio of the first one's, level by level."""
     if not settings:
         return
     print("\nsampling modes (tokens/s as a ratio of sampling A's):")
     for letter, fields in zip(LETTERS, settings):
-        ratios = [f"N={n} {rows[(f'sampling {letter}', n)].rate / rows[('sampling A', n)].rate:.3f}x"
-                  for n in levels if (f"sampling {letter}", n) in rows and ("sampling A", n) in rows]
+        ratios = [
+            f"N={n} {rows[(f'sampling {letter}', n)].rate / rows[('sampling A', n)].rate:.3f}x"
+            for n in levels
+            if (f"sampling {letter}", n) in rows and ("sampling A", n) in rows
+        ]
         print(f"  {letter}: {json.dumps(fields)}  {', '.join(ratios)}")
 
 
 def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> None:
     """The issue's targets, as ratios of rows measured above in this run."""
+
     def tps(label: str, n: int) -> float | None:
         r = rows.get((label, n))
         return r.tokens / r.wall if r and r.wall and not r.failures else None
@@ -278,19 +378,29 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
 
     ours, n8 = "batched HTTP", 8 if 8 in levels else max(levels)
     print("\ntargets (ratios of the rows above):")
-    print(f"  {n8} concurrent vs seed pattern, aggregate: {ratio(tps(ours, n8), tps('seed thread+generate HTTP', n8))}"
-          f" (>= 5x); TTFT p99 {ttft99(ours, n8) or float('nan'):.2f}s (<= 1.5 s)")
+    print(
+        f"  {n8} concurrent vs seed pattern, aggregate: {ratio(tps(ours, n8), tps('seed thread+generate HTTP', n8))}"
+        f" (>= 5x); TTFT p99 {ttft99(ours, n8) or float('nan'):.2f}s (<= 1.5 s)"
+    )
     llama = "llama-cpp-python server"
-    print(f"  1 stream over HTTP vs in-process: "
-          f"{ratio(tps(_median(ours), 1), tps(_median('batched in-process'), 1))} (>= 0.95x; medians)")
-    print(f"  1 stream vs llama-cpp-python: {ratio(tps(_median(ours), 1), tps(_median(llama), 1))}"
-          " (>= 0.5x; medians)")
-    print(f"  {n8} concurrent vs llama-cpp-python: aggregate {ratio(tps(ours, n8), tps(llama, n8))} (>= 1x), "
-          f"TTFT p99 {ratio(ttft99(ours, n8), ttft99(llama, n8))} (<= 0.2x)")
+    print(
+        f"  1 stream over HTTP vs in-process: "
+        f"{ratio(tps(_median(ours), 1), tps(_median('batched in-process'), 1))} (>= 0.95x; medians)"
+    )
+    print(
+        f"  1 stream vs llama-cpp-python: {ratio(tps(_median(ours), 1), tps(_median(llama), 1))}"
+        " (>= 0.5x; medians)"
+    )
+    print(
+        f"  {n8} concurrent vs llama-cpp-python: aggregate {ratio(tps(ours, n8), tps(llama, n8))} (>= 1x), "
+        f"TTFT p99 {ratio(ttft99(ours, n8), ttft99(llama, n8))} (<= 0.2x)"
+    )
     if ("transformers CB manager", n8) in rows:
-        print(f"  {n8} concurrent vs transformers' manager (in-process): "
-              f"{ratio(tps(ours, n8), tps('transformers CB manager', n8))} aggregate, TTFT p99 "
-              f"{ratio(ttft99(ours, n8), ttft99('transformers CB manager', n8))}")
+        print(
+            f"  {n8} concurrent vs transformers' manager (in-process): "
+            f"{ratio(tps(ours, n8), tps('transformers CB manager', n8))} aggregate, TTFT p99 "
+            f"{ratio(ttft99(ours, n8), ttft99('transformers CB manager', n8))}"
+        )
 
 
 @contextlib.contextmanager
@@ -303,7 +413,9 @@ def server_process(cmd: list[str], ready_path: str, port_flag: str) -> Iterator[
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen([*cmd, port_flag, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*cmd, port_flag, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600

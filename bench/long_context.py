@@ -43,23 +43,36 @@ STREAMS = 4
 
 def conversation(tokens: int) -> list[dict[str, str]]:
     """A fresh ~`tokens`-token conversation: parts of the docs as user turns, short replies."""
-    text = ((DOCS / "architecture.md").read_text() + (DOCS / "events.md").read_text())
+    text = (DOCS / "architecture.md").read_text() + (DOCS / "events.md").read_text()
     text = text[: int(tokens * CHARS_PER_TOKEN)]
     parts = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
     msgs = [{"role": "system", "content": "You are a helpful assistant."}]
     for i, part in enumerate(parts):
         nonce = f"Session {uuid.uuid4().hex}. " if i == 0 else ""
-        msgs += [{"role": "user", "content": f"{nonce}Part {i + 1} of my notes:\n{part}"},
-                 {"role": "assistant", "content": f"Noted part {i + 1}."}]
+        msgs += [
+            {"role": "user", "content": f"{nonce}Part {i + 1} of my notes:\n{part}"},
+            {"role": "assistant", "content": f"Noted part {i + 1}."},
+        ]
     return [*msgs, {"role": "user", "content": "What are these notes about? One sentence."}]
 
 
-async def stream(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]], max_tokens: int,
-                 stop: asyncio.Event | None = None, out: dict[str, Any] | None = None) -> dict[str, Any]:
+async def stream(
+    client: httpx.AsyncClient,
+    url: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    stop: asyncio.Event | None = None,
+    out: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One greedy stream: the arrival time of each content chunk, its text, prompt tokens
     (filled into `out` as they come)."""
-    body = {"messages": messages, "stream": True, "max_tokens": max_tokens, "temperature": 0,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "messages": messages,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
     out = out if out is not None else {}
     out.update({"start": time.monotonic(), "times": [], "text": "", "prompt_tokens": None})
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
@@ -89,8 +102,11 @@ async def next_turn(url: str, tokens: int, reply_tokens: int) -> tuple[float, fl
         msgs = conversation(tokens)
         first = await stream(client, url, msgs, reply_tokens)
         await asyncio.sleep(1.0)  # a user reads the reply; the server caches it meanwhile
-        msgs = [*msgs, {"role": "assistant", "content": first["text"]},
-                {"role": "user", "content": "And in more detail?"}]
+        msgs = [
+            *msgs,
+            {"role": "assistant", "content": first["text"]},
+            {"role": "user", "content": "And in more detail?"},
+        ]
         second = await stream(client, url, msgs, reply_tokens)
     return ttft(first), ttft(second), first["prompt_tokens"] or 0
 
@@ -100,8 +116,19 @@ async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> di
     stop = asyncio.Event()
     progress: list[dict[str, Any]] = [{"times": []} for _ in range(STREAMS)]
     async with httpx.AsyncClient(timeout=600) as client:
-        runners = [asyncio.create_task(stream(client, url, [{"role": "user", "content": f"Tell story {i}."}],
-                                              stream_tokens, stop, progress[i])) for i in range(STREAMS)]
+        runners = [
+            asyncio.create_task(
+                stream(
+                    client,
+                    url,
+                    [{"role": "user", "content": f"Tell story {i}."}],
+                    stream_tokens,
+                    stop,
+                    progress[i],
+                )
+            )
+            for i in range(STREAMS)
+        ]
         # the long prompt arrives once every stream is under way (or after a minute: a server
         # that runs one request at a time never starts them all)
         deadline = time.monotonic() + 60
@@ -119,23 +146,43 @@ async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> di
                 during.append(b - a)
             elif b < window[0]:
                 before.append(b - a)
-    return {"max_gap": max(during, default=float("nan")),
-            "median_gap": statistics.median(before) if before else float("nan"),
-            "ttft": ttft(long_), "streaming": sum(1 for s in streams if s["times"]
-                                                   and s["times"][0] < window[0])}
+    return {
+        "max_gap": max(during, default=float("nan")),
+        "median_gap": statistics.median(before) if before else float("nan"),
+        "ttft": ttft(long_),
+        "streaming": sum(1 for s in streams if s["times"] and s["times"][0] < window[0]),
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=4000, help="size of the long prompts, in tokens (about)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of each measurement (medians)")
-    ap.add_argument("--reply-tokens", type=int, default=32, help="reply length of the next-turn measurement")
-    ap.add_argument("--stream-tokens", type=int, default=4000,
-                    help="the most tokens of each of the 4 streams (they are closed once the paste has its "
-                         "first token; llama-cpp-python's server runs one request at a time, keep it low there)")
-    ap.add_argument("--chunk", type=int, default=None, help="PREFILL_CHUNK_TOKENS of the chunked server "
-                    "(default: the server's own default)")
-    ap.add_argument("--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--tokens", type=int, default=4000, help="size of the long prompts, in tokens (about)"
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds of each measurement (medians)"
+    )
+    ap.add_argument(
+        "--reply-tokens", type=int, default=32, help="reply length of the next-turn measurement"
+    )
+    ap.add_argument(
+        "--stream-tokens",
+        type=int,
+        default=4000,
+        help="the most tokens of each of the 4 streams (they are closed once the paste has its "
+        "first token; llama-cpp-python's server runs one request at a time, keep it low there)",
+    )
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="PREFILL_CHUNK_TOKENS of the chunked server (default: the server's own default)",
+    )
+    ap.add_argument(
+        "--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server"
+    )
     ap.add_argument("--skip-paste", action="store_true", help="only the next-turn measurement")
     return ap.parse_args(argv)
 
@@ -143,12 +190,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> dict[str, str]:
     ours = [sys.executable, "-m", "inference", "--max-batch", "8", "--log-level", "warning"]
     chunk = [] if args.chunk is None else ["--prefill-chunk-tokens", str(args.chunk)]
-    cmds = {"ours, chunked": ours + chunk, "ours, unchunked": [*ours, "--prefill-chunk-tokens", "0"]}
+    cmds = {
+        "ours, chunked": ours + chunk,
+        "ours, unchunked": [*ours, "--prefill-chunk-tokens", "0"],
+    }
     if args.llama_python:
         from inference.model_store import bundled_gguf
 
-        cmds["llama-cpp-python"] = [args.llama_python, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
-                                    "--host", "127.0.0.1", "--n_ctx", "8192", "--interrupt_requests", "False"]
+        cmds["llama-cpp-python"] = [
+            args.llama_python,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(bundled_gguf()),
+            "--host",
+            "127.0.0.1",
+            "--n_ctx",
+            "8192",
+            "--interrupt_requests",
+            "False",
+        ]
     urls = {}
     for label, cmd in cmds.items():
         ready = "/v1/models" if label.startswith("llama") else "/ready"
@@ -178,8 +239,11 @@ def report_next_turn(urls: dict[str, str], args: argparse.Namespace) -> None:
         ratio = med([r[1] for r in ours]) / med([r[0] for r in ours])
         print(f"  target: next/cold <= 0.15x: {ratio:.2f}x", end="")
         if llama:
-            print(f"; next TTFT vs llama-cpp-python's <= 1x: "
-                  f"{med([r[1] for r in ours]) / med([r[1] for r in llama]):.2f}x", end="")
+            print(
+                f"; next TTFT vs llama-cpp-python's <= 1x: "
+                f"{med([r[1] for r in ours]) / med([r[1] for r in llama]):.2f}x",
+                end="",
+            )
         print()
 
 
@@ -187,19 +251,28 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, float]]] = {label: [] for label in urls}
     for _ in range(args.rounds):
         for label, url in urls.items():
-            stream_tokens = args.stream_tokens if label.startswith("ours") else min(args.stream_tokens, 64)
+            stream_tokens = (
+                args.stream_tokens if label.startswith("ours") else min(args.stream_tokens, 64)
+            )
             runs[label].append(asyncio.run(paste_while_streaming(url, args.tokens, stream_tokens)))
-    print(f"\n2. a ~{args.tokens}-token paste while {STREAMS} streams run ({args.rounds} rounds, medians)")
+    print(
+        f"\n2. a ~{args.tokens}-token paste while {STREAMS} streams run ({args.rounds} rounds, medians)"
+    )
     print(f"{'server':<20} {'streaming':>9} {'gap before':>11} {'max gap':>9} {'paste TTFT':>11}")
     for label, rows in runs.items():
-        print(f"{label:<20} {med([r['streaming'] for r in rows]):>9.0f} "
-              f"{med([r['median_gap'] for r in rows]) * 1000:>9.0f}ms {med([r['max_gap'] for r in rows]) * 1000:>7.0f}ms "
-              f"{med([r['ttft'] for r in rows]):>10.2f}s", flush=True)
+        print(
+            f"{label:<20} {med([r['streaming'] for r in rows]):>9.0f} "
+            f"{med([r['median_gap'] for r in rows]) * 1000:>9.0f}ms {med([r['max_gap'] for r in rows]) * 1000:>7.0f}ms "
+            f"{med([r['ttft'] for r in rows]):>10.2f}s",
+            flush=True,
+        )
     chunked, whole = runs.get("ours, chunked"), runs.get("ours, unchunked")
     if chunked and whole:
-        print(f"  targets: max gap <= 250 ms: {med([r['max_gap'] for r in chunked]) * 1000:.0f} ms (unchunked "
-              f"{med([r['max_gap'] for r in whole]) * 1000:.0f} ms); paste TTFT chunked/unchunked <= 1.3x: "
-              f"{med([r['ttft'] for r in chunked]) / med([r['ttft'] for r in whole]):.2f}x")
+        print(
+            f"  targets: max gap <= 250 ms: {med([r['max_gap'] for r in chunked]) * 1000:.0f} ms (unchunked "
+            f"{med([r['max_gap'] for r in whole]) * 1000:.0f} ms); paste TTFT chunked/unchunked <= 1.3x: "
+            f"{med([r['ttft'] for r in chunked]) / med([r['ttft'] for r in whole]):.2f}x"
+        )
 
 
 def main() -> None:

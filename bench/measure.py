@@ -8,8 +8,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-PROMPTS = ["Tell me a story about a lighthouse keeper.", "Explain how rain forms.",
-           "Write a poem about the sea.", "Describe a busy market in the morning."]
+PROMPTS = [
+    "Tell me a story about a lighthouse keeper.",
+    "Explain how rain forms.",
+    "Write a poem about the sea.",
+    "Describe a busy market in the morning.",
+]
 HEADER = f"{'mode':<28} {'N':>3} {'tok/s':>8} {'ttft50':>7} {'ttft99':>7} {'itl50ms':>8} {'itl99ms':>8} {'fail':>5}"
 
 
@@ -39,6 +43,8 @@ class Result:
         return self.tokens / self.wall if self.wall else float("nan")
 
     def row(self, label: str, n: int) -> str:
-        return (f"{label:<28} {n:>3} {self.rate:>8.1f} {percentile(self.ttft, 50):>7.2f} "
-                f"{percentile(self.ttft, 99):>7.2f} {percentile(self.itl, 50) * 1000:>8.0f} "
-                f"{percentile(self.itl, 99) * 1000:>8.0f} {self.failures:>5}")
+        return (
+            f"{label:<28} {n:>3} {self.rate:>8.1f} {percentile(self.ttft, 50):>7.2f} "
+            f"{percentile(self.ttft, 99):>7.2f} {percentile(self.itl, 50) * 1000:>8.0f} "
+            f"{percentile(self.itl, 99) * 1000:>8.0f} {self.failures:>5}"
+        )

@@ -62,8 +62,8 @@ PROMPTS = [
     "Give me a simple plan for a thirty-minute home workout.",
     "Write a Python function that reverses a string.",
     "Write a Python function that checks whether a number is prime.",
-    "Translate \"Good morning, how are you?\" into French.",
-    "Translate \"Where is the train station?\" into Spanish.",
+    'Translate "Good morning, how are you?" into French.',
+    'Translate "Where is the train station?" into Spanish.',
     "List five fruits that are rich in vitamin C.",
     "List three tips for sleeping better.",
     "What are the benefits of regular exercise?",
@@ -130,22 +130,35 @@ class Summary:
         distinct = sum(distinct_4(r.text) for r in self.replies) / n
         tokens = sum(r.tokens for r in self.replies) / n
         ok = self.loop_share <= 0.1 and distinct >= 0.95 and self.limit_share <= 0.1 and self.paris
-        return (f"| {self.label} | {round(self.loop_share * n)}/{n} | {distinct:.3f} | {tokens:.0f} | "
-                f"{round(self.limit_share * n)}/{n} | {'yes' if self.paris else 'NO'} | {'ok' if ok else '-'} |")
+        return (
+            f"| {self.label} | {round(self.loop_share * n)}/{n} | {distinct:.3f} | {tokens:.0f} | "
+            f"{round(self.limit_share * n)}/{n} | {'yes' if self.paris else 'NO'} | {'ok' if ok else '-'} |"
+        )
 
 
-HEADER = ("| setting (over temperature 0.5, top_p 0.9) | loops | distinct-4 | tokens | at limit | Paris | targets |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+HEADER = (
+    "| setting (over temperature 0.5, top_p 0.9) | loops | distinct-4 | tokens | at limit | Paris | targets |\n"
+    "| --- | --- | --- | --- | --- | --- | --- |"
+)
 
 
 async def ask(client: httpx.AsyncClient, prompt: str, seed: int, fields: dict[str, Any]) -> Reply:
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": MAX_TOKENS, "seed": seed}
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": MAX_TOKENS,
+        "seed": seed,
+    }
     r = await client.post("/v1/chat/completions", json=body | SITE_DEFAULTS | fields)
     r.raise_for_status()
     reply = r.json()
     choice = reply["choices"][0]
-    return Reply(prompt, seed, choice["message"]["content"], reply["usage"]["completion_tokens"],
-                 choice["finish_reason"])
+    return Reply(
+        prompt,
+        seed,
+        choice["message"]["content"],
+        reply["usage"]["completion_tokens"],
+        choice["finish_reason"],
+    )
 
 
 async def replies(url: str, fields: dict[str, Any], samples: int) -> list[Reply]:
@@ -161,10 +174,17 @@ async def replies(url: str, fields: dict[str, Any], samples: int) -> list[Reply]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--setting", action="append", default=[], metavar="K=V,...",
-                    help="request fields over the site's defaults, e.g. repetition_penalty=1.1,min_p=0.05; "
-                         "repeatable (the site's defaults always run first)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="K=V,...",
+        help="request fields over the site's defaults, e.g. repetition_penalty=1.1,min_p=0.05; "
+        "repeatable (the site's defaults always run first)",
+    )
     ap.add_argument("--samples", type=int, default=1, help="seeds per prompt")
     ap.add_argument("--dump", type=Path, help="write every reply here (JSON), to read them")
     return ap.parse_args(argv)
@@ -177,17 +197,22 @@ def main() -> None:
     summaries: list[Summary] = []
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory() as logs:
-        server = InferenceServer(Path(logs), engine="transformers", MAX_BATCH=CONCURRENCY,
-                                 LOG_LEVEL="warning").start(timeout=600)
+        server = InferenceServer(
+            Path(logs), engine="transformers", MAX_BATCH=CONCURRENCY, LOG_LEVEL="warning"
+        ).start(timeout=600)
         try:
             for label, fields in settings.items():
-                summaries.append(Summary(label, asyncio.run(replies(server.url, fields, args.samples))))
+                summaries.append(
+                    Summary(label, asyncio.run(replies(server.url, fields, args.samples)))
+                )
                 print(summaries[-1].row(), flush=True)
         finally:
             server.stop()
     print(f"\n{HEADER}\n" + "\n".join(s.row() for s in summaries))
     if args.dump:
-        args.dump.write_text(json.dumps({s.label: [vars(r) for r in s.replies] for s in summaries}, indent=1))
+        args.dump.write_text(
+            json.dumps({s.label: [vars(r) for r in s.replies] for s in summaries}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ def seed_app(loaded: LoadedModel) -> FastAPI:
     async def chat(request: Request) -> StreamingResponse:
         body = await request.json()
         tok = loaded.tokenizer
-        ids = tok.apply_chat_template(body["messages"], add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)
+        ids = tok.apply_chat_template(
+            body["messages"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
         n = body["max_tokens"]
         kwargs = dict(**ids, streamer=streamer, max_new_tokens=n, min_new_tokens=n, do_sample=False)
@@ -53,11 +54,15 @@ async def _chunks(streamer: Any, n: int) -> AsyncIterator[str]:
 def main() -> None:
     import uvicorn
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
-    loaded = prepare_model(Settings(model="", dtype=args.dtype, device="auto"), progress=lambda _: None)
+    loaded = prepare_model(
+        Settings(model="", dtype=args.dtype, device="auto"), progress=lambda _: None
+    )
     uvicorn.run(seed_app(loaded), host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -51,8 +51,9 @@ def _ttft_buckets(replies: int, median_ms: float) -> dict[str, int]:
     """Most replies in the bucket of this day's typical TTFT, the rest in the next one."""
     from chat.models import TTFT_BUCKET_FIELDS, TTFT_BUCKETS_MS
 
-    index = next((i for i, bound in enumerate(TTFT_BUCKETS_MS) if median_ms <= bound),
-                 len(TTFT_BUCKETS_MS))
+    index = next(
+        (i for i, bound in enumerate(TTFT_BUCKETS_MS) if median_ms <= bound), len(TTFT_BUCKETS_MS)
+    )
     slow = replies // 5
     counts = {TTFT_BUCKET_FIELDS[index]: replies - slow}
     if slow:
@@ -72,17 +73,31 @@ def _row(rng: random.Random, user_id: int, day: datetime.date, model: str, sourc
     ttft = rng.lognormvariate(5.8, 0.6)  # about 330 ms typical, a long tail
     seconds = completion / rng.uniform(15, 60)
     return UsageDay(
-        user_id=user_id, day=day, model=model, source=source,
-        prompt_tokens=replies * rng.randint(200, 3000), completion_tokens=completion,
-        replies=replies, failures=failures, cancellations=cancellations,
-        ttft_count=answered, ttft_ms_total=int(ttft * answered),
-        decode_tokens=max(0, completion - answered), decode_ms=int(seconds * 1000),
+        user_id=user_id,
+        day=day,
+        model=model,
+        source=source,
+        prompt_tokens=replies * rng.randint(200, 3000),
+        completion_tokens=completion,
+        replies=replies,
+        failures=failures,
+        cancellations=cancellations,
+        ttft_count=answered,
+        ttft_ms_total=int(ttft * answered),
+        decode_tokens=max(0, completion - answered),
+        decode_ms=int(seconds * 1000),
         **_ttft_buckets(answered, ttft),
     )
 
 
-def generate(*, users: int, days: int, prefix: str = "bench", seed: int = 7,
-             today: datetime.date | None = None) -> dict:
+def generate(
+    *,
+    users: int,
+    days: int,
+    prefix: str = "bench",
+    seed: int = 7,
+    today: datetime.date | None = None,
+) -> dict:
     """Users named <prefix><n> and their UsageDay rows for the last `days` days. Returns
     how many users, rows and replies that is."""
     from django.contrib.auth import get_user_model
@@ -159,15 +174,19 @@ def measure(args) -> dict:
     data["timings"] = {
         "figures (usage_window)": _timed(dashboard.usage_window, args.repeat),
         "page /admin/usage/": _timed(page, args.repeat),
-        "CSV /admin/usage/usage.csv": _timed(lambda: client.get("/admin/usage/usage.csv"), args.repeat),
+        "CSV /admin/usage/usage.csv": _timed(
+            lambda: client.get("/admin/usage/usage.csv"), args.repeat
+        ),
         "quota check at send": _timed(lambda: usage.quota_exceeded(user=someone), args.repeat),
     }
     return data
 
 
 def report(name: str, data: dict) -> None:
-    print(f"\n{name}: {data['users']} users, {data['rows']:,} UsageDay rows standing for "
-          f"{data['replies']:,} replies (filled in {data['fill_s']:.1f} s)")
+    print(
+        f"\n{name}: {data['users']} users, {data['rows']:,} UsageDay rows standing for "
+        f"{data['replies']:,} replies (filled in {data['fill_s']:.1f} s)"
+    )
     print(f"  {'what':<30} {'median':>10} {'worst':>10}")
     for what, timing in data["timings"].items():
         print(f"  {what:<30} {timing['median_ms']:>8.1f} ms {timing['max_ms']:>7.1f} ms")
@@ -177,10 +196,27 @@ def report(name: str, data: dict) -> None:
 
 
 def _child(args, database_url: str, var_dir: str) -> int:
-    env = {**os.environ, "DATABASE_URL": database_url, "TOKENSTREAM_VAR_DIR": var_dir,
-           "DJANGO_SETTINGS_MODULE": "tokenstream_site.settings", "LOG_LEVEL": "WARNING"}
-    argv = [sys.executable, "-m", "bench.usage_dashboard", "--child", "--users", str(args.users),
-            "--days", str(args.days), "--repeat", str(args.repeat), "--seed", str(args.seed)]
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "TOKENSTREAM_VAR_DIR": var_dir,
+        "DJANGO_SETTINGS_MODULE": "tokenstream_site.settings",
+        "LOG_LEVEL": "WARNING",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.usage_dashboard",
+        "--child",
+        "--users",
+        str(args.users),
+        "--days",
+        str(args.days),
+        "--repeat",
+        str(args.repeat),
+        "--seed",
+        str(args.seed),
+    ]
     return subprocess.run(argv, env=env).returncode
 
 
@@ -188,8 +224,11 @@ def _on_postgres(args, var_dir: str) -> int:
     try:
         import psycopg
 
-        admin = psycopg.connect(args.postgres.replace("postgres://", "postgresql://"),
-                                autocommit=True, connect_timeout=3)
+        admin = psycopg.connect(
+            args.postgres.replace("postgres://", "postgresql://"),
+            autocommit=True,
+            connect_timeout=3,
+        )
     except Exception as exc:  # not installed, not running: say so and go on
         print(f"\nPostgreSQL: skipped ({exc})")
         return 0

@@ -12,7 +12,6 @@ from chat import exports, sampling, selectors
 from chat.models import Conversation, Message, Preset
 from chat.permissions import can_review
 
-
 # --- list filters --------------------------------------------------------------------
 
 
@@ -51,8 +50,12 @@ class FeedbackFilter(admin.SimpleListFilter):
     parameter_name = "feedback"
 
     def lookups(self, request, model_admin):
-        return [("up", "👍 a reply rated up"), ("down", "👎 a reply rated down"),
-                ("comment", "a comment"), ("none", "no feedback")]
+        return [
+            ("up", "👍 a reply rated up"),
+            ("down", "👎 a reply rated down"),
+            ("comment", "a comment"),
+            ("none", "no feedback"),
+        ]
 
     def queryset(self, request, queryset):
         if self.value() in {"up", "down", "comment", "none"}:
@@ -124,10 +127,16 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
     def get_urls(self):
         view = self.admin_site.admin_view
         return [
-            path("<uuid:object_id>/transcript/", view(self.transcript_view),
-                 name="chat_conversation_transcript"),
-            path("<uuid:object_id>/transcript.json", view(self.transcript_json_view),
-                 name="chat_conversation_transcript_json"),
+            path(
+                "<uuid:object_id>/transcript/",
+                view(self.transcript_view),
+                name="chat_conversation_transcript",
+            ),
+            path(
+                "<uuid:object_id>/transcript.json",
+                view(self.transcript_json_view),
+                name="chat_conversation_transcript_json",
+            ),
             *super().get_urls(),
         ]
 
@@ -174,9 +183,7 @@ class ConversationAdmin(ReviewOnly, admin.ModelAdmin):
             "sections": exports.transcript_sections(
                 selectors.conversation_transcript(conversation=conversation)
             ),
-            "poll_url": reverse(
-                "admin:chat_conversation_transcript_json", args=[conversation.pk]
-            ),
+            "poll_url": reverse("admin:chat_conversation_transcript_json", args=[conversation.pk]),
             "streaming": conversation.reply_status == Message.Status.STREAMING,
             "has_delete_permission": self.has_delete_permission(request, conversation),
         }
@@ -235,12 +242,27 @@ class PresetAdmin(admin.ModelAdmin):
     """Staff with the preset permissions prepare assistants here. Replies keep a copy of
     what they were asked with, so editing a preset never rewrites the past."""
 
-    list_display = ("name", "description", "is_active", "temperature", "top_p", "max_tokens",
-                    "updated_at")
+    list_display = (
+        "name",
+        "description",
+        "is_active",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "updated_at",
+    )
     list_filter = ("is_active",)
     search_fields = ("name", "description", "system_prompt")
-    fields = ("name", "description", "system_prompt", "temperature", "top_p", "max_tokens",
-              *sampling.NAMES, "is_active")
+    fields = (
+        "name",
+        "description",
+        "system_prompt",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        *sampling.NAMES,
+        "is_active",
+    )
 
 
 # Usage, quotas and API keys register their own admins.

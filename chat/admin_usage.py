@@ -28,7 +28,9 @@ def dashboard_view(request):
         "title": "Usage",
         "window": window,
         "tokens_chart": dashboard.chart(window["days"], ("prompt_tokens", "completion_tokens")),
-        "replies_chart": dashboard.chart(window["days"], ("completed", "cancellations", "failures")),
+        "replies_chart": dashboard.chart(
+            window["days"], ("completed", "cancellations", "failures")
+        ),
         "server_urls": [url.rstrip("/") for url in settings.INFERENCE_URLS],
     }
     return TemplateResponse(request, "admin/usage/dashboard.html", context)
@@ -44,8 +46,12 @@ def csv_view(request):
 
 def servers_view(request):
     """What the dashboard polls for the servers' live state."""
-    return JsonResponse({"servers": async_to_sync(dashboard.server_states)(),
-                         "checked_at": timezone.now().isoformat()})
+    return JsonResponse(
+        {
+            "servers": async_to_sync(dashboard.server_states)(),
+            "checked_at": timezone.now().isoformat(),
+        }
+    )
 
 
 # --- quotas on users and groups --------------------------------------------------------
@@ -131,8 +137,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
 @admin.register(UsageDay)
 class UsageDayAdmin(admin.ModelAdmin):
     change_list_template = "admin/usage/usageday_change_list.html"
-    list_display = ("day", "user", "model", "source", "prompt_tokens", "completion_tokens",
-                    "replies", "failures", "cancellations")
+    list_display = (
+        "day",
+        "user",
+        "model",
+        "source",
+        "prompt_tokens",
+        "completion_tokens",
+        "replies",
+        "failures",
+        "cancellations",
+    )
     list_filter = ("source", "model", ("day", admin.DateFieldListFilter))
     search_fields = ("user__username", "model")
     list_select_related = ("user",)

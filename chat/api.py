@@ -6,7 +6,6 @@ import logging
 import uuid
 
 from asgiref.sync import async_to_sync
-
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.utils import timezone
@@ -180,7 +179,9 @@ def conversation_share(request, conversation_id: uuid.UUID):
 
 @api_view("GET")
 def message_detail(request, message_id: uuid.UUID):
-    return JsonResponse(message_out(selectors.message_get(user=request.user, message_id=message_id)))
+    return JsonResponse(
+        message_out(selectors.message_get(user=request.user, message_id=message_id))
+    )
 
 
 @api_view("POST")
@@ -209,7 +210,9 @@ def message_feedback(request, message_id: uuid.UUID):
     rating, comment = feedback_fields(body_of(request))
     message = selectors.message_get(user=request.user, message_id=message_id)
     services.feedback_set(reply=message, rating=rating, comment=comment)
-    return JsonResponse(message_out(selectors.message_get(user=request.user, message_id=message_id)))
+    return JsonResponse(
+        message_out(selectors.message_get(user=request.user, message_id=message_id))
+    )
 
 
 @api_view("GET")
@@ -235,7 +238,9 @@ def api_keys(request):
         name = api_key_name(body_of(request))
         key, secret = keys.api_key_create(user=request.user, name=name)
         return JsonResponse(api_key_json(key, secret), status=201)
-    return JsonResponse({"keys": [api_key_json(key) for key in keys.api_keys_of(user=request.user)]})
+    return JsonResponse(
+        {"keys": [api_key_json(key) for key in keys.api_keys_of(user=request.user)]}
+    )
 
 
 @api_view("DELETE")

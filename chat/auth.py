@@ -24,9 +24,9 @@ import math
 import secrets
 
 from django.conf import settings
+from django.contrib.auth.views import LoginView
 from django.core import signing
 from django.core.cache import cache
-from django.contrib.auth.views import LoginView
 from django.shortcuts import render
 
 from chat import throttle
@@ -75,12 +75,22 @@ class SignInAttempt:
         address = throttle.digest(client_key(client_address(request)))
         where = f"device:{self.device_id}" if device and self.trusted else f"address:{address}"
         self.pair = f"signin:{where}:{self.account}"
-        self.wide = [] if self.trusted else [
-            (f"signin:address:{address}", settings.LOGIN_MAX_FAILURES_PER_ADDRESS,
-             "Too many failed sign-ins from your network. " + WIDE_ADVICE),
-            (f"signin:account:{self.account}", settings.LOGIN_MAX_FAILURES_PER_ACCOUNT,
-             "Too many failed sign-ins to this account. " + WIDE_ADVICE),
-        ]
+        self.wide = (
+            []
+            if self.trusted
+            else [
+                (
+                    f"signin:address:{address}",
+                    settings.LOGIN_MAX_FAILURES_PER_ADDRESS,
+                    "Too many failed sign-ins from your network. " + WIDE_ADVICE,
+                ),
+                (
+                    f"signin:account:{self.account}",
+                    settings.LOGIN_MAX_FAILURES_PER_ACCOUNT,
+                    "Too many failed sign-ins to this account. " + WIDE_ADVICE,
+                ),
+            ]
+        )
         self.counted: list[str] = []
         self.pair_count = 0
 
@@ -131,7 +141,11 @@ class SignInAttempt:
             {"id": device["id"], "accounts": accounts[:DEVICE_ACCOUNTS]}, salt=DEVICE_SALT
         )
         response.set_cookie(
-            DEVICE_COOKIE, value, max_age=DEVICE_MAX_AGE, httponly=True, samesite="Lax",
+            DEVICE_COOKIE,
+            value,
+            max_age=DEVICE_MAX_AGE,
+            httponly=True,
+            samesite="Lax",
             secure=settings.SESSION_COOKIE_SECURE,
         )
 
@@ -162,8 +176,9 @@ def throttled_sign_in(view):
         refusal = attempt.admit()
         if refusal is not None:
             # The address only: a username field sometimes holds a mistyped password.
-            logger.warning("sign-in refused, client %s: %s", client_address(request),
-                           refusal[0].split(".")[0])
+            logger.warning(
+                "sign-in refused, client %s: %s", client_address(request), refusal[0].split(".")[0]
+            )
             return _refused(request, *refusal)
         response = view(request, *args, **kwargs)
         user = request.user

@@ -49,8 +49,11 @@ class Figures:
 
     @property
     def completed(self) -> int:
-        return self.sums.get("replies", 0) - self.sums.get("failures", 0) - self.sums.get(
-            "cancellations", 0)
+        return (
+            self.sums.get("replies", 0)
+            - self.sums.get("failures", 0)
+            - self.sums.get("cancellations", 0)
+        )
 
     @property
     def ttft_p50_ms(self) -> float | None:
@@ -104,15 +107,19 @@ def usage_window(*, days: int = WINDOW_DAYS, today: datetime.date | None = None)
     today = today or timezone.localdate()
     start = today - datetime.timedelta(days=days - 1)
     rows = UsageDay.objects.filter(day__gte=start, day__lte=today)
-    groups = [(row["day"], row["model"], row["source"], _plain(row))
-              for row in rows.values("day", "model", "source").annotate(**_sum_columns())]
+    groups = [
+        (row["day"], row["model"], row["source"], _plain(row))
+        for row in rows.values("day", "model", "source").annotate(**_sum_columns())
+    ]
     by_day, by_model, by_source = {}, {}, {}
     for day, model, source, sums in groups:
         _add_into(by_day.setdefault(day, {}), sums)
         _add_into(by_model.setdefault(model, {}), sums)
         _add_into(by_source.setdefault(source, {}), sums)
-    series = [Figures(str(day), by_day.get(day, {}))
-              for day in (start + datetime.timedelta(days=n) for n in range(days))]
+    series = [
+        Figures(str(day), by_day.get(day, {}))
+        for day in (start + datetime.timedelta(days=n) for n in range(days))
+    ]
     models = sorted(by_model.items(), key=lambda item: (-_total(item[1]), item[0]))
     return {
         "start": start,
@@ -131,8 +138,10 @@ def _top_users(rows) -> dict:
     users.sort(key=lambda item: -_total(item[1]))
     top = users[:TOP]
     names = dict(User.objects.filter(pk__in=[pk for pk, _ in top]).values_list("pk", "username"))
-    return {"users": [Figures(names.get(pk, str(pk)), sums) for pk, sums in top],
-            "active_users": len(users)}
+    return {
+        "users": [Figures(names.get(pk, str(pk)), sums) for pk, sums in top],
+        "active_users": len(users),
+    }
 
 
 def _plain(row: dict) -> dict:
@@ -175,25 +184,49 @@ def chart(series: list[Figures], parts: tuple[str, ...]) -> dict:
             y -= height
             stack.append({"part": part, "value": value, "y": round(y, 1), "height": height})
         bars.append({"day": day.label, "x": index * BAR_STEP, "stack": stack})
-    return {"bars": bars, "max": top, "width": len(series) * BAR_STEP,
-            "height": CHART_HEIGHT, "bar_width": BAR_WIDTH}
+    return {
+        "bars": bars,
+        "max": top,
+        "width": len(series) * BAR_STEP,
+        "height": CHART_HEIGHT,
+        "bar_width": BAR_WIDTH,
+    }
 
 
 # --- CSV -----------------------------------------------------------------------------
 
-CSV_COLUMNS = ("section", "name", "prompt_tokens", "completion_tokens", "total_tokens",
-               "replies", "failures", "cancellations", "ttft_p50_ms", "ttft_p95_ms",
-               "tokens_per_second")
+CSV_COLUMNS = (
+    "section",
+    "name",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "replies",
+    "failures",
+    "cancellations",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tokens_per_second",
+)
 
 
 def _csv_row(section: str, figures: Figures) -> list:
     def rounded(value, digits=0):
         return "" if value is None else round(value, digits) if digits else round(value)
 
-    return [section, figures.label, figures.prompt_tokens, figures.completion_tokens,
-            figures.total_tokens, figures.replies, figures.failures, figures.cancellations,
-            rounded(figures.ttft_p50_ms), rounded(figures.ttft_p95_ms),
-            rounded(figures.tokens_per_second, 1)]
+    return [
+        section,
+        figures.label,
+        figures.prompt_tokens,
+        figures.completion_tokens,
+        figures.total_tokens,
+        figures.replies,
+        figures.failures,
+        figures.cancellations,
+        rounded(figures.ttft_p50_ms),
+        rounded(figures.ttft_p95_ms),
+        rounded(figures.tokens_per_second, 1),
+    ]
 
 
 def usage_csv(window: dict) -> str:
@@ -201,8 +234,12 @@ def usage_csv(window: dict) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_COLUMNS)
-    sections = [("day", window["days"]), ("user", window["users"]),
-                ("model", window["models"]), ("total", [window["total"]])]
+    sections = [
+        ("day", window["days"]),
+        ("user", window["users"]),
+        ("model", window["models"]),
+        ("total", [window["total"]]),
+    ]
     for section, figures in sections:
         for one in figures:
             writer.writerow(_csv_row(section, one))
@@ -222,18 +259,31 @@ def _metric_values(text: str) -> dict[str, float]:
 
 
 async def _server_state(client: httpx.AsyncClient, url: str) -> dict:
-    state = {"url": url, "reachable": False, "ready": False, "status": "", "model": "",
-             "queue": None, "running": None}
+    state = {
+        "url": url,
+        "reachable": False,
+        "ready": False,
+        "status": "",
+        "model": "",
+        "queue": None,
+        "running": None,
+    }
     try:
-        ready, metrics = await asyncio.gather(client.get(f"{url}/ready"),
-                                              client.get(f"{url}/metrics"))
+        ready, metrics = await asyncio.gather(
+            client.get(f"{url}/ready"), client.get(f"{url}/metrics")
+        )
     except httpx.HTTPError as exc:
         state["status"] = "no answer" if isinstance(exc, httpx.TimeoutException) else "unreachable"
         return state
-    body = ready.json() if ready.headers.get("content-type", "").startswith("application/json") else {}
-    state.update(reachable=True, ready=ready.status_code == 200,
-                 status=body.get("status") or f"HTTP {ready.status_code}",
-                 model=body.get("model") or "")
+    body = (
+        ready.json() if ready.headers.get("content-type", "").startswith("application/json") else {}
+    )
+    state.update(
+        reachable=True,
+        ready=ready.status_code == 200,
+        status=body.get("status") or f"HTTP {ready.status_code}",
+        model=body.get("model") or "",
+    )
     if metrics.status_code == 200:
         values = _metric_values(metrics.text)
         state["queue"] = values.get("inference_queue_depth")

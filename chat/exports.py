@@ -58,7 +58,9 @@ def export_conversation_json(conversation: Conversation) -> dict:
     data = conversation_json(conversation)
     data.pop("events_url")
     data["owner"] = conversation.owner.get_username()
-    data["active_leaf_id"] = str(conversation.active_leaf_id) if conversation.active_leaf_id else None
+    data["active_leaf_id"] = (
+        str(conversation.active_leaf_id) if conversation.active_leaf_id else None
+    )
     transcript = selectors.conversation_transcript(conversation=conversation)
     data["messages"] = [
         export_message_json(m, number=n, branch=section.number, active=section.active)

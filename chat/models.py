@@ -19,9 +19,7 @@ class SamplingFields(models.Model):
     presence_penalty = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(-2), MaxValueValidator(2)]
     )
-    top_k = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MaxValueValidator(1000)]
-    )
+    top_k = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(1000)])
     min_p = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)]
     )
@@ -167,9 +165,7 @@ class UsageEvent(models.Model):
         REPLY = "reply"
         CONVERSATION = "conversation"
 
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     action = models.CharField(max_length=16, choices=Action.choices)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -281,19 +277,26 @@ class TokenQuota(models.Model):
     CHAT_MONTHLY_TOKEN_QUOTA). Blank inherits; 0 means no limit."""
 
     user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
         related_name="token_quota",
     )
     group = models.OneToOneField(
         "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="token_quota"
     )
     daily_tokens = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Tokens (prompt + completion) per UTC day. "
-        "Blank: inherit (the user's groups, then the site). 0: no limit."
+        null=True,
+        blank=True,
+        help_text="Tokens (prompt + completion) per UTC day. "
+        "Blank: inherit (the user's groups, then the site). 0: no limit.",
     )
     monthly_tokens = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Tokens per calendar month (UTC). "
-        "Blank: inherit (the user's groups, then the site). 0: no limit."
+        null=True,
+        blank=True,
+        help_text="Tokens per calendar month (UTC). "
+        "Blank: inherit (the user's groups, then the site). 0: no limit.",
     )
 
     class Meta:

@@ -62,13 +62,17 @@ def _bearer(request) -> str:
 async def _authenticate(request):
     secret = _bearer(request)
     if not secret:
-        raise WireError(401, "You didn't provide an API key. Send it as the header "
-                        "`Authorization: Bearer ts-…`; create one in the chat's settings.",
-                        code="invalid_api_key")
+        raise WireError(
+            401,
+            "You didn't provide an API key. Send it as the header "
+            "`Authorization: Bearer ts-…`; create one in the chat's settings.",
+            code="invalid_api_key",
+        )
     user = await sync_to_async(keys.user_for_secret)(secret)
     if user is None:
-        raise WireError(401, "Incorrect API key provided: it is unknown or was revoked.",
-                        code="invalid_api_key")
+        raise WireError(
+            401, "Incorrect API key provided: it is unknown or was revoked.", code="invalid_api_key"
+        )
     return user
 
 
@@ -106,8 +110,9 @@ async def model_detail(request, user, model_id: str):
     for model in await get_client().list_models():
         if model.get("id") == model_id:
             return JsonResponse(model_json(model))
-    raise WireError(404, f"The model `{model_id}` does not exist.", code="model_not_found",
-                    param="model")
+    raise WireError(
+        404, f"The model `{model_id}` does not exist.", code="model_not_found", param="model"
+    )
 
 
 @csrf_exempt
@@ -121,11 +126,21 @@ def not_found(request, rest: str = ""):
 def _refusal(exc: services.ServiceError) -> WireError:
     if isinstance(exc, services.QuotaExceeded):
         wait = max(1, int((exc.resets_at - timezone.now()).total_seconds()))
-        return WireError(429, exc.message, type="insufficient_quota", code="insufficient_quota",
-                         headers={"Retry-After": str(wait)})
+        return WireError(
+            429,
+            exc.message,
+            type="insufficient_quota",
+            code="insufficient_quota",
+            headers={"Retry-After": str(wait)},
+        )
     if isinstance(exc, services.RateLimited):
-        return WireError(429, exc.message, type="rate_limit_error", code="rate_limit_exceeded",
-                         headers={"Retry-After": "1"})
+        return WireError(
+            429,
+            exc.message,
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": "1"},
+        )
     return WireError(400, exc.message)
 
 
@@ -138,7 +153,9 @@ async def chat_completions(request, user):
     call = parse_request(body)
     try:
         sent = await sync_to_async(services.conversation_start_from_api)(
-            owner=user, system_prompt=call.system_prompt, turns=call.turns,
+            owner=user,
+            system_prompt=call.system_prompt,
+            turns=call.turns,
             settings_=call.conversation,
         )
     except services.ServiceError as exc:
@@ -155,8 +172,11 @@ async def chat_completions(request, user):
         feed.close(ended=False)
         raise
     stream = _chunks(feed, item, include_usage=call.include_usage)
-    return StreamingHttpResponse(stream, content_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingHttpResponse(
+        stream,
+        content_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def _final_answer(feed: "ReplyFeed", end: dict) -> JsonResponse:
@@ -211,8 +231,9 @@ class ReplyFeed:
         self.closed = False
 
     def call(self) -> Completion:
-        return Completion(id=f"chatcmpl-{self.reply.id.hex}", created=self.created,
-                          model=self.model or "default")
+        return Completion(
+            id=f"chatcmpl-{self.reply.id.hex}", created=self.created, model=self.model or "default"
+        )
 
     async def next(self) -> tuple[str, object]:
         """The next ("token", text) or the ("end", {"fields", "kind"})."""
@@ -234,19 +255,31 @@ class ReplyFeed:
 
     def unsent(self, content: str) -> str:
         """What the saved text holds beyond what was handed out (a reply read late)."""
-        return content[len(self.sent):] if content.startswith(self.sent) else ""
+        return content[len(self.sent) :] if content.startswith(self.sent) else ""
 
     async def _ended_in_database(self) -> tuple[str, dict] | None:
         reply_id = self.reply.id
         if reply_id in relay_manager.live or reply_id in relay_manager.relays:
             return None
-        saved = await Message.objects.filter(pk=reply_id).values(
-            "status", "content", "finish_reason", "prompt_tokens", "completion_tokens",
-            "error", "model",
-        ).afirst()
+        saved = (
+            await Message.objects.filter(pk=reply_id)
+            .values(
+                "status",
+                "content",
+                "finish_reason",
+                "prompt_tokens",
+                "completion_tokens",
+                "error",
+                "model",
+            )
+            .afirst()
+        )
         if saved is None:
-            saved = {"status": Message.Status.FAILED, "content": self.sent,
-                     "error": "The conversation was deleted while the reply was written."}
+            saved = {
+                "status": Message.Status.FAILED,
+                "content": self.sent,
+                "error": "The conversation was deleted while the reply was written.",
+            }
         elif saved["status"] == Message.Status.STREAMING:
             return None
         self.model = saved.get("model") or self.model

@@ -17,8 +17,16 @@ DONE = b"data: [DONE]\n\n"
 class WireError(Exception):
     """An answer in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None, headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -28,8 +36,14 @@ class WireError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def invalid(message: str, param: str | None = None) -> WireError:
@@ -57,13 +71,22 @@ def _text_of(content, param: str, *, required: bool) -> str:
     """A message's text: a string, null, or a list of content parts of which the `text`
     parts count (the other kinds carry nothing a text model reads)."""
     if isinstance(content, list):
-        texts = [part.get("text") for part in content
-                 if isinstance(part, dict) and part.get("type") == "text"]
+        texts = [
+            part.get("text")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        ]
         if not all(isinstance(text, str) for text in texts):
             raise invalid(f"`{param}` has a text part without text.", param)
         content = "".join(texts)
-    return _checked(param, clean_text, content, name=param,
-                    max_chars=settings.CHAT_MAX_MESSAGE_CHARS, required=required)
+    return _checked(
+        param,
+        clean_text,
+        content,
+        name=param,
+        max_chars=settings.CHAT_MAX_MESSAGE_CHARS,
+        required=required,
+    )
 
 
 def _messages(data: dict) -> tuple[str, list[tuple[str, str]]]:
@@ -76,8 +99,10 @@ def _messages(data: dict) -> tuple[str, list[tuple[str, str]]]:
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise invalid(f"`{param}.role` must be one of: system, developer, user, assistant.",
-                          f"{param}.role")
+            raise invalid(
+                f"`{param}.role` must be one of: system, developer, user, assistant.",
+                f"{param}.role",
+            )
         last = index == len(messages) - 1
         text = _text_of(message.get("content"), f"{param}.content", required=last)
         if message["role"] in ("system", "developer"):
@@ -87,8 +112,14 @@ def _messages(data: dict) -> tuple[str, list[tuple[str, str]]]:
     if messages[-1]["role"] != "user":
         raise invalid("The last message must be the user's (role `user`).", "messages")
     system_prompt = "\n\n".join(text for text in system if text)
-    _checked("messages", clean_text, system_prompt, name="the system messages",
-             max_chars=settings.CHAT_MAX_SYSTEM_PROMPT_CHARS, required=False)
+    _checked(
+        "messages",
+        clean_text,
+        system_prompt,
+        name="the system messages",
+        max_chars=settings.CHAT_MAX_SYSTEM_PROMPT_CHARS,
+        required=False,
+    )
     return system_prompt, turns
 
 
@@ -98,14 +129,24 @@ def _sampling(data: dict) -> dict:
         raise invalid("`model` must be a string of at most 200 characters.", "model")
     if data.get("n") not in (None, 1):
         raise invalid("Only `n` = 1 is supported.", "n")
-    wanted = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+    wanted = (
+        "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+    )
     return {
         "model": (model or "").strip(),
-        "temperature": _checked("temperature", clean_number, data.get("temperature"),
-                                name="temperature", low=0, high=2),
+        "temperature": _checked(
+            "temperature", clean_number, data.get("temperature"), name="temperature", low=0, high=2
+        ),
         "top_p": _checked("top_p", clean_number, data.get("top_p"), name="top_p", low=0, high=1),
-        "max_tokens": _checked(wanted, clean_number, data.get(wanted), name=wanted, low=1,
-                               high=settings.INFERENCE_CONTEXT_TOKENS, integer=True),
+        "max_tokens": _checked(
+            wanted,
+            clean_number,
+            data.get(wanted),
+            name=wanted,
+            low=1,
+            high=settings.INFERENCE_CONTEXT_TOKENS,
+            integer=True,
+        ),
     }
 
 
@@ -118,8 +159,9 @@ def _streaming(data: dict) -> tuple[bool, bool]:
         raise invalid("`stream_options` must be an object.", "stream_options")
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
-        raise invalid("`stream_options.include_usage` must be true or false.",
-                      "stream_options.include_usage")
+        raise invalid(
+            "`stream_options.include_usage` must be true or false.", "stream_options.include_usage"
+        )
     return bool(stream), include_usage
 
 
@@ -132,9 +174,13 @@ def parse_request(body: bytes) -> CompletionRequest:
         raise invalid(exc.message) from None
     system_prompt, turns = _messages(data)
     stream, include_usage = _streaming(data)
-    return CompletionRequest(system_prompt=system_prompt, turns=turns,
-                             conversation=_sampling(data), stream=stream,
-                             include_usage=include_usage)
+    return CompletionRequest(
+        system_prompt=system_prompt,
+        turns=turns,
+        conversation=_sampling(data),
+        stream=stream,
+        include_usage=include_usage,
+    )
 
 
 # --- answers -------------------------------------------------------------------------
@@ -157,29 +203,41 @@ def finish_reason(saved: str) -> str:
 def usage_json(fields: dict) -> dict:
     prompt = fields.get("prompt_tokens") or 0
     completion = fields.get("completion_tokens") or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def completion_json(call: Completion, fields: dict) -> dict:
     return {
-        "id": call.id, "object": "chat.completion", "created": call.created,
-        "model": call.model, "system_fingerprint": None,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": fields["content"], "refusal": None},
-            "logprobs": None,
-            "finish_reason": finish_reason(fields.get("finish_reason") or ""),
-        }],
+        "id": call.id,
+        "object": "chat.completion",
+        "created": call.created,
+        "model": call.model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": fields["content"], "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish_reason(fields.get("finish_reason") or ""),
+            }
+        ],
         "usage": usage_json(fields),
     }
 
 
-def chunk_json(call: Completion, delta: dict, *, finish: str | None = None,
-               with_usage: bool = False) -> dict:
+def chunk_json(
+    call: Completion, delta: dict, *, finish: str | None = None, with_usage: bool = False
+) -> dict:
     chunk = {
-        "id": call.id, "object": "chat.completion.chunk", "created": call.created,
-        "model": call.model, "system_fingerprint": None,
+        "id": call.id,
+        "object": "chat.completion.chunk",
+        "created": call.created,
+        "model": call.model,
+        "system_fingerprint": None,
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
     if with_usage:
@@ -189,8 +247,12 @@ def chunk_json(call: Completion, delta: dict, *, finish: str | None = None,
 
 def usage_chunk_json(call: Completion, fields: dict) -> dict:
     return {
-        "id": call.id, "object": "chat.completion.chunk", "created": call.created,
-        "model": call.model, "system_fingerprint": None, "choices": [],
+        "id": call.id,
+        "object": "chat.completion.chunk",
+        "created": call.created,
+        "model": call.model,
+        "system_fingerprint": None,
+        "choices": [],
         "usage": usage_json(fields),
     }
 

@@ -19,16 +19,46 @@ class Knob:
 
 
 KNOBS = (
-    Knob("repetition_penalty", 0.5, 2.0, False, "CHAT_DEFAULT_REPETITION_PENALTY",
-         "Above 1 makes any token already in the chat less likely (1: off)."),
-    Knob("frequency_penalty", -2.0, 2.0, False, "CHAT_DEFAULT_FREQUENCY_PENALTY",
-         "Lowers a token the more often the reply has used it (0: off)."),
-    Knob("presence_penalty", -2.0, 2.0, False, "CHAT_DEFAULT_PRESENCE_PENALTY",
-         "Lowers every token the reply has used at all, nudging to new words (0: off)."),
-    Knob("top_k", 0, 1000, True, "CHAT_DEFAULT_TOP_K",
-         "Samples only among the k likeliest tokens (0: off)."),
-    Knob("min_p", 0.0, 1.0, False, "CHAT_DEFAULT_MIN_P",
-         "Drops tokens less likely than this fraction of the likeliest one (0: off)."),
+    Knob(
+        "repetition_penalty",
+        0.5,
+        2.0,
+        False,
+        "CHAT_DEFAULT_REPETITION_PENALTY",
+        "Above 1 makes any token already in the chat less likely (1: off).",
+    ),
+    Knob(
+        "frequency_penalty",
+        -2.0,
+        2.0,
+        False,
+        "CHAT_DEFAULT_FREQUENCY_PENALTY",
+        "Lowers a token the more often the reply has used it (0: off).",
+    ),
+    Knob(
+        "presence_penalty",
+        -2.0,
+        2.0,
+        False,
+        "CHAT_DEFAULT_PRESENCE_PENALTY",
+        "Lowers every token the reply has used at all, nudging to new words (0: off).",
+    ),
+    Knob(
+        "top_k",
+        0,
+        1000,
+        True,
+        "CHAT_DEFAULT_TOP_K",
+        "Samples only among the k likeliest tokens (0: off).",
+    ),
+    Knob(
+        "min_p",
+        0.0,
+        1.0,
+        False,
+        "CHAT_DEFAULT_MIN_P",
+        "Drops tokens less likely than this fraction of the likeliest one (0: off).",
+    ),
 )
 NAMES = tuple(knob.name for knob in KNOBS)
 

@@ -32,9 +32,7 @@ def conversation_list(*, user, query: str = "") -> QuerySet[Conversation]:
         matching_messages = Message.objects.filter(
             conversation=OuterRef("pk"), content__icontains=query
         )
-        conversations = conversations.filter(
-            Q(title__icontains=query) | Exists(matching_messages)
-        )
+        conversations = conversations.filter(Q(title__icontains=query) | Exists(matching_messages))
     return conversations.order_by("-updated_at")
 
 
@@ -224,9 +222,7 @@ def conversations_with_summary(conversations: QuerySet[Conversation]) -> QuerySe
     replies = Message.objects.filter(
         conversation=OuterRef("pk"), role=Message.Role.ASSISTANT
     ).order_by("-created_at")
-    streaming = Message.objects.filter(
-        conversation=OuterRef("pk"), status=Message.Status.STREAMING
-    )
+    streaming = Message.objects.filter(conversation=OuterRef("pk"), status=Message.Status.STREAMING)
     return conversations.annotate(
         message_count=Count("messages", distinct=True),
         # Replies are flushed without touching the conversation row, so its updated_at

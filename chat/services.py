@@ -266,6 +266,8 @@ def reply_stop(*, reply: Message) -> None:
     )
     if stopping:
         relay_manager.request_stop(reply.pk)
+
+
 def feedback_set(*, reply: Message, rating: str | None, comment: str) -> Feedback | None:
     """Set or change the user's rating and comment on a reply; both empty removes it."""
     if reply.role != Message.Role.ASSISTANT:
@@ -292,8 +294,11 @@ def conversation_start_from_api(
     with transaction.atomic():
         _lock_user(owner.pk)
         conversation = Conversation.objects.create(
-            owner=owner, source=Conversation.Source.API, title=title_from(question_text),
-            system_prompt=system_prompt, **settings_,
+            owner=owner,
+            source=Conversation.Source.API,
+            title=title_from(question_text),
+            system_prompt=system_prompt,
+            **settings_,
         )
         _admit_reply(conversation)
         history = _history_create(conversation=conversation, turns=turns)
@@ -308,9 +313,13 @@ def _history_create(*, conversation: Conversation, turns: list[tuple[str, str]])
     so each gets its own microsecond: siblings and exports order by created_at."""
     first = timezone.now() - datetime.timedelta(microseconds=len(turns) + 1)
     messages: list[Message] = []
-    for index, (role, content) in enumerate(turns):
-        message = Message(conversation=conversation, role=role, content=content,
-                          parent=messages[-1] if messages else None)
+    for role, content in turns:
+        message = Message(
+            conversation=conversation,
+            role=role,
+            content=content,
+            parent=messages[-1] if messages else None,
+        )
         messages.append(message)
     Message.objects.bulk_create(messages)
     for index, message in enumerate(messages):

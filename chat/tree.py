@@ -76,8 +76,10 @@ class Tree:
             roots = self.children.get(None, [])
             if not roots:
                 return []
-            leaf_id = max((self.newest_leaf_under(r) for r in roots),
-                          key=lambda i: (self.nodes[i].created_at, str(i)))
+            leaf_id = max(
+                (self.newest_leaf_under(r) for r in roots),
+                key=lambda i: (self.nodes[i].created_at, str(i)),
+            )
         return self.path_to(leaf_id)
 
     def branches(self, leaf_id) -> list["Branch"]:
@@ -98,7 +100,7 @@ class Tree:
                 if start in placed:
                     continue
                 line = self.path_to(self.newest_leaf_under(start))
-                line = line[line.index(start):]
+                line = line[line.index(start) :]
                 placed.update(line)
                 result.append(Branch(number=len(result) + 1, messages=line, fork_of=fork_of))
                 queue.extend(line)

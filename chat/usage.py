@@ -53,8 +53,9 @@ def _increments(usage: ReplyUsage) -> dict[str, int]:
         "cancellations": int(usage.status == Message.Status.CANCELLED),
     }
     if usage.ttft_ms is not None:
-        counts.update({"ttft_count": 1, "ttft_ms_total": usage.ttft_ms,
-                       ttft_bucket_field(usage.ttft_ms): 1})
+        counts.update(
+            {"ttft_count": 1, "ttft_ms_total": usage.ttft_ms, ttft_bucket_field(usage.ttft_ms): 1}
+        )
         tokens = usage.completion_tokens or 0
         decode_ms = (usage.duration_ms or 0) - usage.ttft_ms
         # The same rule as chat.rates.decode_rate: the first token's wait is not speed.
@@ -66,8 +67,12 @@ def _increments(usage: ReplyUsage) -> dict[str, int]:
 def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None:
     """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
     reply's final state, so that the two commit together or not at all."""
-    key = {"user_id": usage.user_id, "day": day or timezone.localdate(),
-           "model": usage.model[:200], "source": usage.source}
+    key = {
+        "user_id": usage.user_id,
+        "day": day or timezone.localdate(),
+        "model": usage.model[:200],
+        "source": usage.source,
+    }
     counts = _increments(usage)
     added = {name: F(name) + value for name, value in counts.items()}
     if UsageDay.objects.filter(**key).update(**added):
@@ -96,7 +101,7 @@ def resets_at(period: str, now: datetime.datetime | None = None) -> datetime.dat
         start = today + datetime.timedelta(days=1)
     else:
         start = (today.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
-    return datetime.datetime.combine(start, datetime.time(), tzinfo=datetime.timezone.utc)
+    return datetime.datetime.combine(start, datetime.time(), tzinfo=datetime.UTC)
 
 
 FIGURES = ("prompt_tokens", "completion_tokens", "replies")
@@ -130,8 +135,10 @@ class Limit:
     set_by: str  # "user", "group" or "site"
 
 
-PERIODS = (("daily", "daily_tokens", "CHAT_DAILY_TOKEN_QUOTA"),
-           ("monthly", "monthly_tokens", "CHAT_MONTHLY_TOKEN_QUOTA"))
+PERIODS = (
+    ("daily", "daily_tokens", "CHAT_DAILY_TOKEN_QUOTA"),
+    ("monthly", "monthly_tokens", "CHAT_MONTHLY_TOKEN_QUOTA"),
+)
 
 
 def _most_generous(values: list[int]) -> int:
@@ -171,12 +178,15 @@ class QuotaState:
         return None if self.limit.tokens is None else max(0, self.limit.tokens - self.used)
 
 
-def user_quotas(*, user, now: datetime.datetime | None = None,
-                usage: dict | None = None) -> list[QuotaState]:
+def user_quotas(
+    *, user, now: datetime.datetime | None = None, usage: dict | None = None
+) -> list[QuotaState]:
     usage = usage or user_usage(user=user, now=now)
     used = {"daily": usage["today"]["total_tokens"], "monthly": usage["month"]["total_tokens"]}
-    return [QuotaState(limit, used[limit.period], resets_at(limit.period, now))
-            for limit in user_limits(user=user)]
+    return [
+        QuotaState(limit, used[limit.period], resets_at(limit.period, now))
+        for limit in user_limits(user=user)
+    ]
 
 
 def quota_exceeded(*, user, now: datetime.datetime | None = None) -> QuotaState | None:
@@ -195,5 +205,7 @@ def quota_sentence(state: QuotaState, now: datetime.datetime | None = None) -> s
     wait = f"{hours} h {minutes} min" if hours else f"{minutes} min"
     when = state.resets_at.strftime("%Y-%m-%d %H:%M UTC")
     tokens = f"{state.limit.tokens:,} token{'s' if state.limit.tokens != 1 else ''}"
-    return (f"You have used your {state.limit.period} quota of {tokens}. "
-            f"It resets at {when} (in {wait}).")
+    return (
+        f"You have used your {state.limit.period} quota of {tokens}. "
+        f"It resets at {when} (in {wait})."
+    )

@@ -62,7 +62,13 @@ def clean_number(value, *, name: str, low: float, high: float, integer: bool = F
 
 
 CONVERSATION_FIELDS = {
-    "title", "system_prompt", "model", "temperature", "top_p", "max_tokens", "preset",
+    "title",
+    "system_prompt",
+    "model",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "preset",
     *sampling.NAMES,
 }
 FEEDBACK_MAX_COMMENT_CHARS = 2000
@@ -181,6 +187,8 @@ def share_fields(data: dict) -> bool:
     if not isinstance(show_owner, bool):
         raise InvalidInput("`show_owner` must be true or false.")
     return show_owner
+
+
 def api_key_name(data: dict) -> str:
     unknown = set(data) - {"name"}
     if unknown:

@@ -30,7 +30,9 @@ def home(request):
 @login_required
 def conversation_page(request, conversation_id: uuid.UUID):
     try:
-        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+        conversation = selectors.conversation_get(
+            user=request.user, conversation_id=conversation_id
+        )
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
     detail = selectors.conversation_detail(

@@ -18,7 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="tokenstream inference server (OpenAI-compatible, continuous batching).",
     )
     for name, field in Settings.model_fields.items():
-        choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else None
+        choices = (
+            typing.get_args(field.annotation)
+            if typing.get_origin(field.annotation) is typing.Literal
+            else None
+        )
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,

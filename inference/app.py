@@ -15,7 +15,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference.engine import ContextLengthExceeded, Engine, Generation, InvalidParams, Message, NotReady
+from inference.engine import (
+    ContextLengthExceeded,
+    Engine,
+    Generation,
+    InvalidParams,
+    Message,
+    NotReady,
+)
 from inference.engine_factory import create_engine
 from inference.metrics import Metrics
 from inference.sampling_params import TokenLogprob
@@ -28,15 +35,30 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, type_: str, code: str | None = None,
-                 headers: dict[str, str] | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.type, self.code, self.headers = status, message, type_, code, headers
+        self.status, self.message, self.type, self.code, self.headers = (
+            status,
+            message,
+            type_,
+            code,
+            headers,
+        )
         self.param = param  # the request field at fault, as OpenAI names it
 
 
 def _error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(err.message, err.type, err.code, err.param), err.status, headers=err.headers)
+    return JSONResponse(
+        error_body(err.message, err.type, err.code, err.param), err.status, headers=err.headers
+    )
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
@@ -76,7 +98,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @app.get("/v1/models", dependencies=[Depends(auth)])
     async def models() -> ModelList:
         n = engine.context_length
-        card = ModelCard(id=engine.model_name, created=int(time.time()), context_length=n, max_model_len=n)
+        card = ModelCard(
+            id=engine.model_name, created=int(time.time()), context_length=n, max_model_len=n
+        )
         return ModelList(data=[card])
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)], response_model=None)
@@ -85,8 +109,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         gen = _submit(engine, settings, metrics, body)
         run = _Run(gen, engine.model_name, metrics, arrival, logprobs=bool(body.logprobs))
         if body.stream:
-            return StreamingResponse(run.stream(body.include_usage()), media_type="text/event-stream",
-                                     headers=SSE_HEADERS)
+            return StreamingResponse(
+                run.stream(body.include_usage()),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+            )
         return await run.collect()
 
     return app
@@ -101,18 +128,27 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
         # OpenAI (and the site relay) expect 400 for a bad body, not FastAPI's 422.
         errors = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
-                 for e in errors]
+        parts = [
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
+            for e in errors
+        ]
         fields = [p for p in (errors[0].get("loc", ()) if errors else ()) if p != "body"]
-        return _error_response(ApiError(400, "; ".join(parts) or "invalid request body",
-                                        "invalid_request_error", "invalid_request",
-                                        param=str(fields[0]) if fields else None))
+        return _error_response(
+            ApiError(
+                400,
+                "; ".join(parts) or "invalid request body",
+                "invalid_request_error",
+                "invalid_request",
+                param=str(fields[0]) if fields else None,
+            )
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return _error_response(ApiError(exc.status_code, str(exc.detail), type_, None,
-                                        dict(exc.headers or {})))
+        return _error_response(
+            ApiError(exc.status_code, str(exc.detail), type_, None, dict(exc.headers or {}))
+        )
 
 
 def _auth_dependency(settings: Settings) -> Any:
@@ -123,19 +159,31 @@ def _auth_dependency(settings: Settings) -> Any:
             return
         given = request.headers.get("authorization", "")
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-            raise ApiError(401, "Invalid or missing API key (Authorization: Bearer <key>).",
-                           "authentication_error", "invalid_api_key",
-                           {"WWW-Authenticate": "Bearer"})
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), key.encode()
+        ):
+            raise ApiError(
+                401,
+                "Invalid or missing API key (Authorization: Bearer <key>).",
+                "authentication_error",
+                "invalid_api_key",
+                {"WWW-Authenticate": "Bearer"},
+            )
 
     return check
 
 
-def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatCompletionRequest) -> Generation:
+def _submit(
+    engine: Engine, settings: Settings, metrics: Metrics, body: ChatCompletionRequest
+) -> Generation:
     if body.model and body.model != engine.model_name:
         metrics.requests.labels("rejected").inc()
-        raise ApiError(404, f"The model '{body.model}' does not exist; this server serves "
-                       f"'{engine.model_name}'.", "not_found_error", "model_not_found")
+        raise ApiError(
+            404,
+            f"The model '{body.model}' does not exist; this server serves '{engine.model_name}'.",
+            "not_found_error",
+            "model_not_found",
+        )
     refused = body.refused()
     if refused is not None:
         metrics.requests.labels("rejected").inc()
@@ -151,19 +199,27 @@ def _submit(engine: Engine, settings: Settings, metrics: Metrics, body: ChatComp
         raise ApiError(400, str(exc), "invalid_request_error", "context_length_exceeded") from exc
     except InvalidParams as exc:
         metrics.requests.labels("rejected").inc()
-        raise ApiError(400, str(exc), "invalid_request_error", "invalid_value", param=exc.param) from exc
+        raise ApiError(
+            400, str(exc), "invalid_request_error", "invalid_value", param=exc.param
+        ) from exc
     except QueueFull as exc:
         metrics.requests.labels("overloaded").inc()
-        raise ApiError(503, f"{exc}; retry later.", "server_overloaded", "server_overloaded", retry) from exc
+        raise ApiError(
+            503, f"{exc}; retry later.", "server_overloaded", "server_overloaded", retry
+        ) from exc
     except NotReady as exc:
         metrics.requests.labels("overloaded").inc()
-        raise ApiError(503, f"Model not ready: {exc}", "server_not_ready", "model_not_ready", retry) from exc
+        raise ApiError(
+            503, f"Model not ready: {exc}", "server_not_ready", "model_not_ready", retry
+        ) from exc
 
 
 class _Run:
     """Turns one Generation into an SSE stream or a JSON completion, recording metrics."""
 
-    def __init__(self, gen: Generation, model: str, metrics: Metrics, arrival: float, logprobs: bool) -> None:
+    def __init__(
+        self, gen: Generation, model: str, metrics: Metrics, arrival: float, logprobs: bool
+    ) -> None:
         self.gen, self.metrics, self.arrival = gen, metrics, arrival
         self.maker = ChunkMaker(gen.request_id, model)
         self.model = model
@@ -244,13 +300,21 @@ class _Run:
                     self._on_tokens(ev)
                 elif isinstance(ev, FinishEvent):
                     self._on_end(ev)
-                    body = completion(self.gen.request_id, self.model, "".join(parts),
-                                      "stop" if ev.reason == "cancelled" else ev.reason,
-                                      ev.prompt_tokens, ev.completion_tokens, self._asked(tuple(logprobs)))
+                    body = completion(
+                        self.gen.request_id,
+                        self.model,
+                        "".join(parts),
+                        "stop" if ev.reason == "cancelled" else ev.reason,
+                        ev.prompt_tokens,
+                        ev.completion_tokens,
+                        self._asked(tuple(logprobs)),
+                    )
                     return JSONResponse(body)
                 elif isinstance(ev, ErrorEvent):
                     self.metrics.requests.labels("error").inc()
-                    return _error_response(ApiError(500, ev.message, "server_error", "generation_failed"))
+                    return _error_response(
+                        ApiError(500, ev.message, "server_error", "generation_failed")
+                    )
         finally:
             await self.gen.aclose()
         return _error_response(ApiError(500, "generation ended unexpectedly", "server_error"))

@@ -110,7 +110,9 @@ class Engine:
     async def _boot(self) -> None:
         try:
             await asyncio.to_thread(self._load)
-            self.scheduler = Scheduler(self._backend(), self.settings.max_batch, self.settings.max_queue)
+            self.scheduler = Scheduler(
+                self._backend(), self.settings.max_batch, self.settings.max_queue
+            )
             self.scheduler.start(asyncio.get_running_loop())
             await self._warm_up()
             self._ready.set()
@@ -122,7 +124,9 @@ class Engine:
     async def _warm_up(self) -> None:
         """One short generation through the whole path, so the first user pays no warm-up."""
         prompt_ids, payload = self._encode([Message("user", "Hello")])
-        prompt_ids = prompt_ids[: max(1, self.context_length - 2)]  # even under a tiny CONTEXT_LENGTH
+        prompt_ids = prompt_ids[
+            : max(1, self.context_length - 2)
+        ]  # even under a tiny CONTEXT_LENGTH
         gen = self._enqueue(prompt_ids, payload, SamplingParams(max_tokens=2, temperature=0))
         async for _ in gen:
             pass
@@ -171,7 +175,9 @@ class Engine:
         self._check_params(params)
         # clamp: prompt + max_tokens <= context
         params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
-        seq = Sequence(prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload)
+        seq = Sequence(
+            prompt_ids, params, self._detokenizer(payload), asyncio.Queue(), payload=payload
+        )
         self.scheduler.submit(seq)
         self._seqs[seq.request_id] = seq
         return Generation(self, seq)
@@ -181,8 +187,11 @@ class Engine:
             return
         outside = [token for token, _ in params.logit_bias if not 0 <= token < self.vocab_size]
         if outside:
-            raise InvalidParams(f"logit_bias names token ids outside the vocabulary "
-                                f"(0..{self.vocab_size - 1}): {outside}", "logit_bias")
+            raise InvalidParams(
+                f"logit_bias names token ids outside the vocabulary "
+                f"(0..{self.vocab_size - 1}): {outside}",
+                "logit_bias",
+            )
 
     def cancel(self, request_id: str) -> bool:
         """Frees a request's slot (waiting: now; running: at the next decode step)."""

@@ -46,8 +46,12 @@ class GrowingLayer(DynamicLayer):
 
     ROOM = 256  # spare positions at least; the buffer grows by doubling
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor,
-                 room: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        room: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
         """`room`: buffers whose first positions are `keys` and `values`, to grow into."""
         super().__init__()
         self.is_initialized = True
@@ -61,12 +65,16 @@ class GrowingLayer(DynamicLayer):
     def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         b, h, n, d = keys.shape
         room = max(self.ROOM, n)
-        self._k, self._v = keys.new_empty((b, h, n + room, d)), values.new_empty((b, h, n + room, d))
+        self._k, self._v = (
+            keys.new_empty((b, h, n + room, d)),
+            values.new_empty((b, h, n + room, d)),
+        )
         self._k[:, :, :n], self._v[:, :, :n] = keys, values
         self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, add = self.keys.shape[2], key_states.shape[2]
         if n + add > self._k.shape[2]:
             self._set(self.keys, self.values)
@@ -87,15 +95,20 @@ class BatchState:
     def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
         if not self.rows:
             self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
-            self.cache.layers = [layer if isinstance(layer, GrowingLayer) else GrowingLayer(layer.keys, layer.values)
-                                 for layer in cache.layers]
+            self.cache.layers = [
+                layer if isinstance(layer, GrowingLayer) else GrowingLayer(layer.keys, layer.values)
+                for layer in cache.layers
+            ]
             return
         assert self.mask is not None and self.pos is not None
         length = max(self.mask.shape[1], mask.shape[1])
         self.cache.layers = [
-            GrowingLayer(torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)]),
-                         torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)]))
-            for old, new in zip(self.cache.layers, cache.layers, strict=True)]
+            GrowingLayer(
+                torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)]),
+                torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)]),
+            )
+            for old, new in zip(self.cache.layers, cache.layers, strict=True)
+        ]
         self.mask = torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)])
         self.pos = torch.cat([self.pos, pos])
         self.rows.extend(seqs)
@@ -114,15 +127,19 @@ class BatchState:
         self.mask, self.pos = self.mask[idx], self.pos[idx]
         start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
         self.mask = self.mask[:, start:]
-        self.cache.layers = [GrowingLayer(layer.keys[idx, :, start:], layer.values[idx, :, start:])
-                             for layer in self.cache.layers]
+        self.cache.layers = [
+            GrowingLayer(layer.keys[idx, :, start:], layer.values[idx, :, start:])
+            for layer in self.cache.layers
+        ]
 
     def reset(self) -> None:
         self.rows, self.cache, self.mask, self.pos = [], None, None, None
 
 
 class TransformersBackend:
-    def __init__(self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0) -> None:
+    def __init__(
+        self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0
+    ) -> None:
         self.model = model
         self.device = model.device
         self.eos_ids = eos_ids
@@ -151,8 +168,10 @@ class TransformersBackend:
         cache = DynamicCache(config=self.model.config)
         # the prompt's own KV buffers, which have room up to the next key block: an empty batch
         # takes them as they are, no copy (nothing else writes them any more)
-        cache.layers = [GrowingLayer(kv[0, :, :n][None], kv[1, :, :n][None], (kv[0][None], kv[1][None]))
-                        for kv in job.kv]
+        cache.layers = [
+            GrowingLayer(kv[0, :, :n][None], kv[1, :, :n][None], (kv[0][None], kv[1][None]))
+            for kv in job.kv
+        ]
         mask = torch.ones((1, n), dtype=torch.long, device=self.device)
         self.batch.join([seq], cache, mask, torch.tensor([n], device=self.device))
 
@@ -160,11 +179,16 @@ class TransformersBackend:
     def decode(self, seqs: list[Sequence]) -> list[Sampled]:
         b = self.batch
         assert b.rows == seqs and b.mask is not None and b.pos is not None
-        last = torch.tensor([[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device)
+        last = torch.tensor(
+            [[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device
+        )
         b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
         out = self.model(
-            input_ids=last, attention_mask=b.mask, position_ids=b.pos[:, None],
-            past_key_values=b.cache, use_cache=True,
+            input_ids=last,
+            attention_mask=b.mask,
+            position_ids=b.pos[:, None],
+            past_key_values=b.cache,
+            use_cache=True,
         )
         b.pos = b.pos + 1
         return sample(out.logits[:, -1], seqs)
@@ -226,8 +250,12 @@ class TransformersEngine(Engine):
 
     def _backend(self) -> TransformersBackend:
         s = self.settings
-        return TransformersBackend(self.model, eos_ids(self.model, self.tokenizer),
-                                   s.prefill_chunk_tokens, s.prefix_cache_mb * 2**20)
+        return TransformersBackend(
+            self.model,
+            eos_ids(self.model, self.tokenizer),
+            s.prefill_chunk_tokens,
+            s.prefix_cache_mb * 2**20,
+        )
 
     def cache_stats(self) -> Any:
         backend = self.scheduler.backend if self.scheduler else None
@@ -238,4 +266,3 @@ class TransformersEngine(Engine):
 
     def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer, self.token_bytes)
-

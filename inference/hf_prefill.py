@@ -71,7 +71,9 @@ class Prefiller:
         """One chunk of caching finished replies; whether more remains."""
         if self.seals:
             job = self.seals[0]
-            if job.kv.numel() == 0:  # set up when it first runs: the cache may hold more of it by then
+            if (
+                job.kv.numel() == 0
+            ):  # set up when it first runs: the cache may hold more of it by then
                 job = self.seals[0] = self._job(job.tokens, None, count=False)
             if job.remaining:
                 self._run(plan_chunk([job], self.chunk_tokens, self.ratio))
@@ -107,12 +109,17 @@ class Prefiller:
 
     def _job(self, tokens: list[int], seq: Any, count: bool) -> PrefillJob:
         capacity = -(-len(tokens) // ATTN_BLOCK) * ATTN_BLOCK  # the last key block is whole
-        kv = torch.empty((self.layers, 2, self.kv_heads, capacity, self.head_dim),
-                         dtype=self.dtype, device=self.device)
+        kv = torch.empty(
+            (self.layers, 2, self.kv_heads, capacity, self.head_dim),
+            dtype=self.dtype,
+            device=self.device,
+        )
         job = PrefillJob(tokens, kv, seq=seq)
         if self.cache is not None:
             # the last prompt token is always computed: its logits give the first reply token
-            blocks = self.cache.lookup(tokens, len(tokens) - 1 if seq is not None else len(tokens), count)
+            blocks = self.cache.lookup(
+                tokens, len(tokens) - 1 if seq is not None else len(tokens), count
+            )
             for i, block in enumerate(blocks):
                 kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = block
             job.done = job.cached = len(blocks) * BLOCK
@@ -135,15 +142,20 @@ class Prefiller:
             pos += range(job.done, job.done + n)
         pad = max(0, MIN_ROWS - len(ids))  # padding rows: no piece, attention leaves them zero
         ids, pos = ids + [0] * pad, pos + [0] * pad
-        ending = [p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)]
+        ending = [
+            p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)
+        ]
         rows = [p.offset + p.length - 1 for p in ending] or [0]
         rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows every time
         with quant.dense_only():
             out = self.model(
                 input_ids=torch.tensor([ids], device=self.device),
                 position_ids=torch.tensor([pos], device=self.device),
-                attention_mask=torch.zeros((1, 1, 1, 1), device=self.device),  # unused: the plan masks
-                use_cache=False, logits_to_keep=torch.tensor(rows, device=self.device),
+                attention_mask=torch.zeros(
+                    (1, 1, 1, 1), device=self.device
+                ),  # unused: the plan masks
+                use_cache=False,
+                logits_to_keep=torch.tensor(rows, device=self.device),
                 prefill_plan=PrefillPlan(pieces, self.kv_heads),
             )
         for p in pieces:

@@ -13,7 +13,9 @@ from inference.settings import Settings
 def pick_device(settings: Settings) -> torch.device:
     if settings.device == "cuda" and not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise ValueError(f"DEVICE=cuda, but torch {torch.__version__} ({build}) sees no CUDA device")
+        raise ValueError(
+            f"DEVICE=cuda, but torch {torch.__version__} ({build}) sees no CUDA device"
+        )
     if settings.device == "cuda" or (settings.device == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
     return torch.device("cpu")

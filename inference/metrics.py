@@ -12,8 +12,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 class Metrics:
-    def __init__(self, running: Callable[[], int], waiting: Callable[[], int],
-                 cache_stats: Callable[[], Any] = lambda: None) -> None:
+    def __init__(
+        self,
+        running: Callable[[], int],
+        waiting: Callable[[], int],
+        cache_stats: Callable[[], Any] = lambda: None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -21,12 +25,16 @@ class Metrics:
         )
         self.tokens = Counter("inference_generated_tokens", "Tokens generated", registry=r)
         self.ttft = Histogram(
-            "inference_time_to_first_token_seconds", "Request arrival to first token",
-            buckets=LATENCY_BUCKETS, registry=r,
+            "inference_time_to_first_token_seconds",
+            "Request arrival to first token",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.itl = Histogram(
-            "inference_inter_token_latency_seconds", "Time between tokens of one stream",
-            buckets=LATENCY_BUCKETS, registry=r,
+            "inference_inter_token_latency_seconds",
+            "Time between tokens of one stream",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         Gauge("inference_running_sequences", "Sequences in the batch", registry=r).set_function(
             lambda: float(running())
@@ -53,13 +61,24 @@ class PrefixCacheCollector:
             return float(getattr(s, name, 0) or 0)
 
         p = "inference_prefix_cache"
-        yield GaugeMetricFamily(f"{p}_bytes", "KV cache kept for reuse, in bytes", value=get("bytes"))
-        yield GaugeMetricFamily(f"{p}_capacity_bytes", "Its bound (PREFIX_CACHE_MB)", value=get("capacity_bytes"))
+        yield GaugeMetricFamily(
+            f"{p}_bytes", "KV cache kept for reuse, in bytes", value=get("bytes")
+        )
+        yield GaugeMetricFamily(
+            f"{p}_capacity_bytes", "Its bound (PREFIX_CACHE_MB)", value=get("capacity_bytes")
+        )
         yield GaugeMetricFamily(f"{p}_blocks", "Cached blocks of 16 tokens", value=get("blocks"))
-        yield CounterMetricFamily(f"{p}_query_tokens", "Prompt tokens looked up in the cache",
-                                  value=get("query_tokens"))
-        yield CounterMetricFamily(f"{p}_hit_tokens", "Prompt tokens served from the cache",
-                                  value=get("hit_tokens"))
-        yield GaugeMetricFamily(f"{p}_hit_rate", "hit_tokens / query_tokens since start", value=get("hit_rate"))
-        yield CounterMetricFamily(f"{p}_evicted_blocks", "Blocks evicted (least recently used first)",
-                                  value=get("evicted_blocks"))
+        yield CounterMetricFamily(
+            f"{p}_query_tokens", "Prompt tokens looked up in the cache", value=get("query_tokens")
+        )
+        yield CounterMetricFamily(
+            f"{p}_hit_tokens", "Prompt tokens served from the cache", value=get("hit_tokens")
+        )
+        yield GaugeMetricFamily(
+            f"{p}_hit_rate", "hit_tokens / query_tokens since start", value=get("hit_rate")
+        )
+        yield CounterMetricFamily(
+            f"{p}_evicted_blocks",
+            "Blocks evicted (least recently used first)",
+            value=get("evicted_blocks"),
+        )

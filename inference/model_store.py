@@ -169,4 +169,6 @@ def prepare_model(settings: Settings, progress: Progress = stderr_progress) -> L
     model, tok = load_folder(folder, settings.model_copy(update={"dtype": dtype}))
     weights = "int4 weights, " if dtype == "int4" else ""
     progress(f"loaded in {time.monotonic() - start:.1f}s ({weights}{model.dtype}, {model.device})")
-    return LoadedModel(model, tok, folder, dtype if dtype != "auto" else str(model.dtype).removeprefix("torch."))
+    return LoadedModel(
+        model, tok, folder, dtype if dtype != "auto" else str(model.dtype).removeprefix("torch.")
+    )

@@ -87,11 +87,16 @@ def adjust_logits(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
 
 def add_logit_bias(logits: torch.Tensor, rows: list[int], seqs: list[Sequence]) -> None:
     """In place: OpenAI's logit_bias, each listed token's bias added to its row."""
-    pairs = [(row, token, bias) for row, s in zip(rows, seqs) for token, bias in s.params.logit_bias]
+    pairs = [
+        (row, token, bias) for row, s in zip(rows, seqs) for token, bias in s.params.logit_bias
+    ]
     row_ids, token_ids, biases = zip(*pairs)
     device = logits.device
-    logits.index_put_((torch.tensor(row_ids, device=device), torch.tensor(token_ids, device=device)),
-                      torch.tensor(biases, dtype=logits.dtype, device=device), accumulate=True)
+    logits.index_put_(
+        (torch.tensor(row_ids, device=device), torch.tensor(token_ids, device=device)),
+        torch.tensor(biases, dtype=logits.dtype, device=device),
+        accumulate=True,
+    )
 
 
 def penalize(logits: torch.Tensor, rows: list[int], seqs: list[Sequence]) -> None:
@@ -101,24 +106,29 @@ def penalize(logits: torch.Tensor, rows: list[int], seqs: list[Sequence]) -> Non
     flat, vocab, device = logits.view(-1), logits.shape[-1], logits.device
     repeated = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1]
     if repeated:
-        at, spread = _flat_index([rows[i] for i in repeated], [seen[i].distinct.view() for i in repeated],
-                                 vocab, device)
+        at, spread = _flat_index(
+            [rows[i] for i in repeated], [seen[i].distinct.view() for i in repeated], vocab, device
+        )
         penalty = spread([seqs[i].params.repetition_penalty for i in repeated])
         values = flat[at]
         # HF RepetitionPenaltyLogitsProcessor's arithmetic
         flat[at] = torch.where(values < 0, values * penalty, values / penalty)
-    counted = [i for i, s in enumerate(seqs) if s.params.frequency_penalty or s.params.presence_penalty]
+    counted = [
+        i for i, s in enumerate(seqs) if s.params.frequency_penalty or s.params.presence_penalty
+    ]
     if counted:
-        at, spread = _flat_index([rows[i] for i in counted], [seen[i].generated.view() for i in counted],
-                                 vocab, device)
+        at, spread = _flat_index(
+            [rows[i] for i in counted], [seen[i].generated.view() for i in counted], vocab, device
+        )
         counts = torch.cat([seen[i].counts.view() for i in counted]).to(device)
         frequency = spread([seqs[i].params.frequency_penalty for i in counted])
         presence = spread([seqs[i].params.presence_penalty for i in counted])
         flat[at] -= counts * frequency + presence  # only tokens generated at least once are listed
 
 
-def _flat_index(rows: list[int], tokens: list[torch.Tensor], vocab: int,
-                device: torch.device) -> tuple[torch.Tensor, Callable[[list[float]], torch.Tensor]]:
+def _flat_index(
+    rows: list[int], tokens: list[torch.Tensor], vocab: int, device: torch.device
+) -> tuple[torch.Tensor, Callable[[list[float]], torch.Tensor]]:
     """Where each row's tokens sit in the flattened [B, V] logits, and a function spreading
     one value per row over that row's tokens."""
     at = torch.cat([t + row * vocab for row, t in zip(rows, tokens, strict=True)]).to(device)

@@ -69,8 +69,9 @@ class PrefillPlan:
     kv_heads: int
     _mask: torch.Tensor | None = None
 
-    def attend(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               scale: float) -> torch.Tensor:
+    def attend(
+        self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         """query [1, H, T, D], key/value [1, kv_heads, T, D] of the packed row -> [1, T, H, D]."""
         out = query.new_zeros((1, query.shape[2], query.shape[1], query.shape[3]))
         for p in self.pieces:
@@ -84,7 +85,9 @@ class PrefillPlan:
                 out[0, rows] = self._block(kv, query[0, :, rows], j, lo, scale).transpose(0, 1)
         return out
 
-    def _block(self, kv: torch.Tensor, q: torch.Tensor, j: int, lo: int, scale: float) -> torch.Tensor:
+    def _block(
+        self, kv: torch.Tensor, q: torch.Tensor, j: int, lo: int, scale: float
+    ) -> torch.Tensor:
         """Queries q [H, n, D] at positions [lo, lo + n) of key block j -> [H, n, D]."""
         heads, n, dim = q.shape
         group = heads // self.kv_heads
@@ -103,12 +106,23 @@ class PrefillPlan:
         keys, values = kv[0][None], kv[1][None]
         nt = tiles.shape[0]
         mask = self._tile_mask(group, q.dtype, q.device)[first:last]
-        own, own_lse = _attend(tiles, _tiled(keys, s, s + ATTN_BLOCK, nt), _tiled(values, s, s + ATTN_BLOCK, nt),
-                               mask, scale)
+        own, own_lse = _attend(
+            tiles,
+            _tiled(keys, s, s + ATTN_BLOCK, nt),
+            _tiled(values, s, s + ATTN_BLOCK, nt),
+            mask,
+            scale,
+        )
         if j > 0:
-            past, past_lse = _attend(tiles, _tiled(keys, 0, s, nt), _tiled(values, 0, s, nt), None, scale)
+            past, past_lse = _attend(
+                tiles, _tiled(keys, 0, s, nt), _tiled(values, 0, s, nt), None, scale
+            )
             own = _merge(past, past_lse, own, own_lse, first)
-        own = own.reshape(-1, self.kv_heads, group, TILE, dim).permute(1, 2, 0, 3, 4).reshape(heads, -1, dim)
+        own = (
+            own.reshape(-1, self.kv_heads, group, TILE, dim)
+            .permute(1, 2, 0, 3, 4)
+            .reshape(heads, -1, dim)
+        )
         return own[:, at : at + n]
 
     def _tile_mask(self, group: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -118,7 +132,9 @@ class PrefillPlan:
             pos = torch.arange(ATTN_BLOCK, device=device).reshape(-1, 1, 1, TILE, 1)
             later = torch.arange(ATTN_BLOCK, device=device).reshape(1, 1, 1, 1, -1) > pos
             later = later.expand(-1, 1, group, -1, -1).reshape(-1, 1, group * TILE, ATTN_BLOCK)
-            self._mask = torch.zeros(later.shape, dtype=dtype, device=device).masked_fill(later, float("-inf"))
+            self._mask = torch.zeros(later.shape, dtype=dtype, device=device).masked_fill(
+                later, float("-inf")
+            )
         return self._mask
 
 
@@ -126,12 +142,14 @@ def _tiled(t: torch.Tensor, start: int, end: int, tiles: int) -> torch.Tensor:
     return t[:, :, start:end].expand(tiles, -1, -1, -1)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-            scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output [b, h, n, D] and its log-sum-exp [b, h, n] (float32)."""
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+            q, k, v, 0.0, False, attn_mask=mask, scale=scale
+        )
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale
     if mask is not None:
         scores = scores + mask.float()
@@ -139,8 +157,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return (torch.exp(scores - lse[..., None]) @ v.float()).to(q.dtype), lse
 
 
-def _merge(past: torch.Tensor, past_lse: torch.Tensor, own: torch.Tensor, own_lse: torch.Tensor,
-           first: int) -> torch.Tensor:
+def _merge(
+    past: torch.Tensor, past_lse: torch.Tensor, own: torch.Tensor, own_lse: torch.Tensor, first: int
+) -> torch.Tensor:
     """Softmax-weighted sum of two partial attentions over disjoint keys (tiles first..)."""
     nt = past_lse.shape[0]
     # exp() over the whole block's tiles, each at its own place: the same code path for a
@@ -154,8 +173,15 @@ def _merge(past: torch.Tensor, past_lse: torch.Tensor, own: torch.Tensor, own_ls
     return torch.addcmul(past * w[0], own, w[1]).to(own.dtype)
 
 
-def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *args: Any,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     plan: PrefillPlan | None = kwargs.get("prefill_plan")
     if plan is None:
         return _sdpa(module, query, key, value, attention_mask, *args, **kwargs)
@@ -187,8 +213,15 @@ def layer_flops_ratio(model: Any) -> float:
     layer = model.model.layers[0] if hasattr(model, "model") else None
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    weights = sum(m.in_features * m.out_features for m in layer.modules()
-                  if hasattr(m, "in_features") and hasattr(m, "out_features")) if layer else 0
+    weights = (
+        sum(
+            m.in_features * m.out_features
+            for m in layer.modules()
+            if hasattr(m, "in_features") and hasattr(m, "out_features")
+        )
+        if layer
+        else 0
+    )
     per_key = 4 * cfg.num_attention_heads * head_dim
     return max(1.0, 2 * weights / per_key) if weights else 3000.0
 

@@ -103,7 +103,9 @@ class PrefixCache:
         start = len(chain) * self.block
         for s in range(start, length - self.block + 1, self.block):
             toks = tuple(tokens[s : s + self.block])
-            blk = _Block(next(self._ids), parent, toks, kv.narrow(self.token_dim, s, self.block).clone())
+            blk = _Block(
+                next(self._ids), parent, toks, kv.narrow(self.token_dim, s, self.block).clone()
+            )
             self._by_key[(parent, toks)] = blk
             self._lru[blk.id] = blk
             self.stats.bytes += _nbytes(blk.kv)

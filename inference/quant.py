@@ -45,8 +45,10 @@ class Int4Linear(nn.Module):
         super().__init__()
         out_f, in_f = linear.weight.shape
         if not fits(linear, group):
-            raise ValueError(f"a {in_f}->{out_f} Linear does not fit the kernel: in_features must be "
-                             f"a multiple of the group size {group}, out_features of {OUT_MULTIPLE}")
+            raise ValueError(
+                f"a {in_f}->{out_f} Linear does not fit the kernel: in_features must be "
+                f"a multiple of the group size {group}, out_features of {OUT_MULTIPLE}"
+            )
         self.in_features, self.out_features, self.group = in_f, out_f, group
         w = linear.weight.detach().float().reshape(out_f, in_f // group, group)
         low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
@@ -57,9 +59,13 @@ class Int4Linear(nn.Module):
         q = ((w - zero.float()) / scale.float() + 8).round().clamp(0, 15)
         self.register_buffer(
             "packed",
-            torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).reshape(out_f, in_f), 1),
+            torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+                q.to(torch.int32).reshape(out_f, in_f), 1
+            ),
         )
-        self.register_buffer("scales_zeros", torch.cat([scale, zero], -1).transpose(0, 1).contiguous())
+        self.register_buffer(
+            "scales_zeros", torch.cat([scale, zero], -1).transpose(0, 1).contiguous()
+        )
         # the original weights, not the 4-bit ones: closer to the source (int4 rounds its
         # scale and offset to bf16), and a prefill through them matches DTYPE=bfloat16 exactly
         self.register_buffer("dense", linear.weight.detach().to(torch.bfloat16))
@@ -71,7 +77,9 @@ class Int4Linear(nn.Module):
         if not _few_rows(x):
             return F.linear(x, self.dense, self.bias)
         flat = x.reshape(-1, self.in_features)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group, self.scales_zeros)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, self.packed, self.group, self.scales_zeros
+        )
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -94,7 +102,9 @@ class Int8Linear(nn.Module):
         if not _few_rows(x):
             return F.linear(x, self.weight)
         flat = x.reshape(-1, self.in_features)
-        return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(*x.shape[:-1], self.out_features)
+        return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(
+            *x.shape[:-1], self.out_features
+        )
 
 
 def _few_rows(x: torch.Tensor) -> bool:
@@ -120,8 +130,10 @@ def quantize_int4(model: Any) -> Any:
     """Replaces the decoder's Linear layers (int4) and the LM head (int8), in place."""
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None or not isinstance(getattr(model, "lm_head", None), nn.Linear):
-        raise ValueError(f"DTYPE=int4 knows decoder models with model.layers and an lm_head "
-                         f"(Llama, Qwen, Mistral...), not {type(model).__name__}; use bfloat16")
+        raise ValueError(
+            f"DTYPE=int4 knows decoder models with model.layers and an lm_head "
+            f"(Llama, Qwen, Mistral...), not {type(model).__name__}; use bfloat16"
+        )
     for layer in layers:
         for parent in list(layer.modules()):
             for name, child in list(parent.named_children()):

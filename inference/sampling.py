@@ -71,7 +71,9 @@ def apply_top_p(sorted_probs: torch.Tensor, top_p: list[float]) -> torch.Tensor:
     return sorted_probs.masked_fill(drop, 0.0)
 
 
-Shortlist = tuple[torch.Tensor | None, torch.Tensor]  # (token ids or None: all, their probs), on CPU
+Shortlist = tuple[
+    torch.Tensor | None, torch.Tensor
+]  # (token ids or None: all, their probs), on CPU
 
 
 def candidates(probs: torch.Tensor, params: list[SamplingParams]) -> list[Shortlist]:
@@ -112,7 +114,9 @@ def raw_logprobs(logits: torch.Tensor, seqs: list[Sequence]) -> RawLogprobs | No
     return rows, torch.log_softmax(picked.float(), dim=-1)
 
 
-def with_logprobs(tokens: list[int], raw: RawLogprobs | None, seqs: list[Sequence]) -> list[Sampled]:
+def with_logprobs(
+    tokens: list[int], raw: RawLogprobs | None, seqs: list[Sequence]
+) -> list[Sampled]:
     out = [Sampled(t) for t in tokens]
     if raw is None:
         return out
@@ -124,7 +128,9 @@ def with_logprobs(tokens: list[int], raw: RawLogprobs | None, seqs: list[Sequenc
     top_lp, top_ids = top.values.tolist(), top.indices.tolist()
     for i, r in enumerate(rows):
         n = seqs[r].params.top_logprobs
-        out[r] = Sampled(tokens[r], chosen[i], tuple(zip(top_ids[i][:n], top_lp[i][:n], strict=True)))
+        out[r] = Sampled(
+            tokens[r], chosen[i], tuple(zip(top_ids[i][:n], top_lp[i][:n], strict=True))
+        )
     return out
 
 

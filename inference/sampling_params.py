@@ -53,7 +53,11 @@ class SamplingParams:
     @property
     def penalized(self) -> bool:
         """Needs the tokens seen so far (the costly part: skipped for rows that do not)."""
-        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
+        return (
+            self.repetition_penalty != 1
+            or self.frequency_penalty != 0
+            or self.presence_penalty != 0
+        )
 
     @property
     def adjusts_logits(self) -> bool:

@@ -119,8 +119,11 @@ class Sequence:
     def _token_logprob(self, sampled: Sampled) -> TokenLogprob:
         as_bytes = self.detokenizer.token_bytes
         assert sampled.logprob is not None
-        return TokenLogprob(as_bytes(sampled.token), sampled.logprob,
-                            tuple((as_bytes(t), lp) for t, lp in sampled.top))
+        return TokenLogprob(
+            as_bytes(sampled.token),
+            sampled.logprob,
+            tuple((as_bytes(t), lp) for t, lp in sampled.top),
+        )
 
     def _take_logprobs(self) -> tuple[TokenLogprob, ...]:
         taken = tuple(self._unsent_logprobs)
@@ -211,18 +214,24 @@ class Scheduler:
             while self._step():
                 pass
         finally:
-            self._fail(self._running + self._prefilling + list(self._waiting), "server shutting down")
+            self._fail(
+                self._running + self._prefilling + list(self._waiting), "server shutting down"
+            )
 
     def _step(self) -> bool:
         with self._cond:
-            while not (self._stopping or self._waiting or self.running or self.backend.has_background()):
+            while not (
+                self._stopping or self._waiting or self.running or self.backend.has_background()
+            ):
                 self._cond.wait()
             if self._stopping:
                 return False
             self._drop_cancelled()
             room = self.max_batch - self.running
             # counted as running from now on, so back-pressure sees them while they prefill
-            self._prefilling.extend(self._waiting.popleft() for _ in range(min(room, len(self._waiting))))
+            self._prefilling.extend(
+                self._waiting.popleft() for _ in range(min(room, len(self._waiting)))
+            )
         self._guarded(self._prefill, None)
         self._guarded(self._decode, None)
         return True
@@ -234,7 +243,12 @@ class Scheduler:
             self._prefilling = [s for s in self._prefilling if not s.cancelled]
             self.backend.release(gone)
             now = time.monotonic()
-            self._deliver([(s, FinishEvent("cancelled", len(s.prompt_ids), len(s.generated), now)) for s in gone])
+            self._deliver(
+                [
+                    (s, FinishEvent("cancelled", len(s.prompt_ids), len(s.generated), now))
+                    for s in gone
+                ]
+            )
             for s in gone:
                 s.done = True
 
@@ -256,7 +270,9 @@ class Scheduler:
         tokens = self.backend.prefill(list(self._prefilling))
         done = [(s, t) for s, t in zip(self._prefilling, tokens, strict=True) if t is not None]
         if done:
-            self._prefilling = [s for s, t in zip(self._prefilling, tokens, strict=True) if t is None]
+            self._prefilling = [
+                s for s, t in zip(self._prefilling, tokens, strict=True) if t is None
+            ]
             self._running.extend(s for s, _ in done)
             self._advance([s for s, _ in done], [t for _, t in done])
 

@@ -43,24 +43,50 @@ def _one_of(*harmless: Any) -> Callable[[Any], bool]:
 # that silently ignored it. Fields that change nothing here (user, metadata, store,
 # service_tier, parallel_tool_calls...) and fields we do not know pass, as with vLLM.
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "tools": _absent, "tool_choice": _one_of("none"), "functions": _absent,
-    "function_call": _one_of("none"), "response_format": _one_of({"type": "text"}),
-    "n": _one_of(1), "best_of": _one_of(1), "echo": _absent, "suffix": _absent,
-    "audio": _absent, "modalities": _one_of(["text"]), "reasoning_effort": _absent,
-    "web_search_options": _absent, "use_beam_search": _absent, "min_tokens": _one_of(0),
-    "stop_token_ids": _absent, "bad_words": _absent, "allowed_token_ids": _absent,
-    "typical_p": _one_of(1, 1.0), "prompt_logprobs": _absent, "truncate_prompt_tokens": _absent,
-    "include_stop_str_in_output": _absent, "skip_special_tokens": _one_of(True),
-    "add_generation_prompt": _one_of(True), "continue_final_message": _absent,
-    "chat_template": _absent, "chat_template_kwargs": _absent, "documents": _absent,
+    "tools": _absent,
+    "tool_choice": _one_of("none"),
+    "functions": _absent,
+    "function_call": _one_of("none"),
+    "response_format": _one_of({"type": "text"}),
+    "n": _one_of(1),
+    "best_of": _one_of(1),
+    "echo": _absent,
+    "suffix": _absent,
+    "audio": _absent,
+    "modalities": _one_of(["text"]),
+    "reasoning_effort": _absent,
+    "web_search_options": _absent,
+    "use_beam_search": _absent,
+    "min_tokens": _one_of(0),
+    "stop_token_ids": _absent,
+    "bad_words": _absent,
+    "allowed_token_ids": _absent,
+    "typical_p": _one_of(1, 1.0),
+    "prompt_logprobs": _absent,
+    "truncate_prompt_tokens": _absent,
+    "include_stop_str_in_output": _absent,
+    "skip_special_tokens": _one_of(True),
+    "add_generation_prompt": _one_of(True),
+    "continue_final_message": _absent,
+    "chat_template": _absent,
+    "chat_template_kwargs": _absent,
+    "documents": _absent,
     "structured_outputs": _absent,
 }
 UNSUPPORTED_PREFIXES = ("guided_",)  # vLLM's guided decoding: guided_json, guided_regex...
 
 
 # Fields passed to the sampler as given; null or absent: SamplingParams' default.
-KNOBS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-         "top_logprobs", "seed")
+KNOBS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "top_logprobs",
+    "seed",
+)
 
 
 class ChatCompletionRequest(BaseModel):
@@ -102,7 +128,9 @@ class ChatCompletionRequest(BaseModel):
     def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         bad = [key for key in value or {} if not key.isdigit()]
         if bad:
-            raise ValueError(f"keys must be token ids (non-negative integers as strings), not {bad}")
+            raise ValueError(
+                f"keys must be token ids (non-negative integers as strings), not {bad}"
+            )
         return value
 
     def refused(self) -> tuple[str, str, str] | None:
@@ -110,17 +138,27 @@ class ChatCompletionRequest(BaseModel):
         if self.top_logprobs and not self.logprobs:
             return "top_logprobs", "invalid_request", "top_logprobs needs logprobs: true"
         for name, value in (self.model_extra or {}).items():
-            unused = UNSUPPORTED.get(name) or (_absent if name.startswith(UNSUPPORTED_PREFIXES) else None)
+            unused = UNSUPPORTED.get(name) or (
+                _absent if name.startswith(UNSUPPORTED_PREFIXES) else None
+            )
             if unused is not None and not unused(value):
-                return name, "unsupported_parameter", f"'{name}' is not supported by this server (got {repr(value)[:60]})"
+                return (
+                    name,
+                    "unsupported_parameter",
+                    f"'{name}' is not supported by this server (got {repr(value)[:60]})",
+                )
         return None
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         given = {name: getattr(self, name) for name in KNOBS if getattr(self, name) is not None}
         return SamplingParams(
-            max_tokens=max_tokens, **given, top_k=max(0, self.top_k or 0),
+            max_tokens=max_tokens,
+            **given,
+            top_k=max(0, self.top_k or 0),
             logit_bias=tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items()),
-            logprobs=bool(self.logprobs), stop=tuple(self.stop or ()), ignore_eos=self.ignore_eos,
+            logprobs=bool(self.logprobs),
+            stop=tuple(self.stop or ()),
+            ignore_eos=self.ignore_eos,
         )
 
     def token_limit(self) -> int | None:

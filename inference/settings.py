@@ -61,7 +61,8 @@ class Settings(BaseSettings):
         64, ge=0, description="Most requests waiting for a running slot; beyond it: 503."
     )
     prefill_chunk_tokens: int = Field(
-        256, ge=0,
+        256,
+        ge=0,
         description="Prompt tokens one prefill step computes at most, so running streams get "
         "a decode step between the chunks of a long prompt; arriving prompts share a step. "
         "A token deep in a prompt counts for more (1 + position / K, K ~3,000 for the bundled "
@@ -69,7 +70,8 @@ class Settings(BaseSettings):
         "so each step takes about the same time. 0: whole prompts in one step.",
     )
     prefix_cache_mb: int = Field(
-        512, ge=0,
+        512,
+        ge=0,
         description="MiB of KV cache kept for recent prompts and replies (least recently used "
         "blocks of 16 tokens evicted first); a request starts from the longest cached prefix "
         "of its tokens, shared across requests and users. 0: off.",

@@ -60,7 +60,11 @@ class IncrementalDetokenizer:
 
 def _byte_alphabet() -> dict[str, int]:
     """GPT-2's byte-level BPE alphabet (Radford et al. 2019): the character standing for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars, extra = {b: chr(b) for b in printable}, 0
     for b in range(256):
         if b not in chars:

@@ -21,7 +21,9 @@ def sse(payload: dict[str, Any] | str) -> bytes:
 DONE = sse("[DONE]")
 
 
-def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, type_: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "code": code, "param": param}}
 
 
@@ -34,16 +36,24 @@ def logprobs_body(entries: Sequence[TokenLogprob] | None) -> dict[str, Any] | No
 
 def _logprob_entry(entry: TokenLogprob) -> dict[str, Any]:
     return _token(entry.token, entry.logprob) | {
-        "top_logprobs": [_token(token, logprob) for token, logprob in entry.top]}
+        "top_logprobs": [_token(token, logprob) for token, logprob in entry.top]
+    }
 
 
 def _token(token: bytes, logprob: float) -> dict[str, Any]:
-    return {"token": token.decode("utf-8", errors="replace"), "logprob": max(logprob, LOGPROB_FLOOR),
-            "bytes": list(token)}
+    return {
+        "token": token.decode("utf-8", errors="replace"),
+        "logprob": max(logprob, LOGPROB_FLOOR),
+        "bytes": list(token),
+    }
 
 
 def usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 class ChunkMaker:
@@ -57,39 +67,72 @@ class ChunkMaker:
 
     def _chunk(self, choices: list[dict[str, Any]], ts: float, **extra: Any) -> dict[str, Any]:
         return {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model, "system_fingerprint": None, "choices": choices,
-            "x_ts": ts, **extra,
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": choices,
+            "x_ts": ts,
+            **extra,
         }
 
-    def delta(self, text: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+    def delta(
+        self, text: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None
+    ) -> dict[str, Any]:
         """logprobs: those of the tokens this text came from; None when not asked for."""
         delta: dict[str, Any] = {"content": text}
         if not self.role_sent:
             delta = {"role": "assistant", "content": text}
             self.role_sent = True
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs_body(logprobs), "finish_reason": None}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": logprobs_body(logprobs),
+            "finish_reason": None,
+        }
         return self._chunk([choice], ts)
 
-    def finish(self, reason: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+    def finish(
+        self, reason: str, ts: float, logprobs: Sequence[TokenLogprob] | None = None
+    ) -> dict[str, Any]:
         """logprobs: those of tokens that brought no text (held back, then cut by a stop string)."""
         delta: dict[str, Any] = {} if self.role_sent else {"role": "assistant", "content": ""}
         self.role_sent = True
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs_body(logprobs or None), "finish_reason": reason}
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": logprobs_body(logprobs or None),
+            "finish_reason": reason,
+        }
         return self._chunk([choice], ts)
 
     def usage(self, prompt: int, completion: int, ts: float) -> dict[str, Any]:
         return self._chunk([], ts, usage=usage(prompt, completion))
 
 
-def completion(request_id: str, model: str, text: str, reason: str, prompt: int, completion_tokens: int,
-               logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, Any]:
+def completion(
+    request_id: str,
+    model: str,
+    text: str,
+    reason: str,
+    prompt: int,
+    completion_tokens: int,
+    logprobs: Sequence[TokenLogprob] | None = None,
+) -> dict[str, Any]:
     return {
-        "id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": int(time.time()),
-        "model": model, "system_fingerprint": None,
-        "choices": [{
-            "index": 0, "message": {"role": "assistant", "content": text},
-            "logprobs": logprobs_body(logprobs), "finish_reason": reason,
-        }],
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs_body(logprobs),
+                "finish_reason": reason,
+            }
+        ],
         "usage": usage(prompt, completion_tokens),
     }

@@ -102,9 +102,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0
-    )
+    "default": dj_database_url.config(default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the relay's flushes and page reads proceed side by side; the busy timeout
@@ -229,7 +227,9 @@ try:
     ]
 except ValueError as exc:
     raise ImproperlyConfigured(f"TOKENSTREAM_TRUSTED_PROXIES: {exc}") from None
-INFERENCE_CLIENT = os.environ.get("INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient")
+INFERENCE_CLIENT = os.environ.get(
+    "INFERENCE_CLIENT", "chat.inference_client.http.HttpInferenceClient"
+)
 INFERENCE_URLS = env_list("INFERENCE_URLS", "http://127.0.0.1:8001")
 INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
 INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")

@@ -13,10 +13,14 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     # The staff usage dashboard; admin_view: signed-in staff only, others go to sign in.
     path("admin/usage/", admin.site.admin_view(admin_usage.dashboard_view), name="admin-usage"),
-    path("admin/usage/usage.csv", admin.site.admin_view(admin_usage.csv_view),
-         name="admin-usage-csv"),
-    path("admin/usage/servers.json", admin.site.admin_view(admin_usage.servers_view),
-         name="admin-usage-servers"),
+    path(
+        "admin/usage/usage.csv", admin.site.admin_view(admin_usage.csv_view), name="admin-usage-csv"
+    ),
+    path(
+        "admin/usage/servers.json",
+        admin.site.admin_view(admin_usage.servers_view),
+        name="admin-usage-servers",
+    ),
     path("admin/", admin.site.urls),
     path("", include("chat.urls")),
 ]

@@ -29,16 +29,25 @@ async def read_sse(response: httpx.Response):
 
 
 def new_http(base: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(60, read=120),
-                             limits=httpx.Limits(max_connections=None))
+    return httpx.AsyncClient(
+        base_url=base,
+        timeout=httpx.Timeout(60, read=120),
+        limits=httpx.Limits(max_connections=None),
+    )
 
 
 async def sign_in(base: str, name: str) -> httpx.AsyncClient:
     client = new_http(base)
     await client.get("/accounts/signup/")
-    response = await client.post("/accounts/signup/", data={
-        "username": name, "password1": PASSWORD, "password2": PASSWORD,
-        "csrfmiddlewaretoken": client.cookies["csrftoken"]})
+    response = await client.post(
+        "/accounts/signup/",
+        data={
+            "username": name,
+            "password1": PASSWORD,
+            "password2": PASSWORD,
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+        },
+    )
     assert response.status_code == 302, response.text[:500]
     return client
 
@@ -54,8 +63,11 @@ async def new_conversation(client: httpx.AsyncClient) -> str:
 
 
 async def send(client: httpx.AsyncClient, conversation: str, text: str) -> httpx.Response:
-    return await client.post(f"/api/conversations/{conversation}/messages/",
-                             content=json.dumps({"content": text}), headers=api_headers(client))
+    return await client.post(
+        f"/api/conversations/{conversation}/messages/",
+        content=json.dumps({"content": text}),
+        headers=api_headers(client),
+    )
 
 
 def record_token(result: dict, data: str, arrived: float, sent: float) -> None:
@@ -83,8 +95,15 @@ async def read_reply(iterator, result: dict, sent: float) -> None:
             result["errors"].append("stream-reset")
 
 
-async def site_stream(client, text: str, result: dict, ready: asyncio.Event, delay: float = 0.0,
-                      cold: bool = False, on_posted=None):
+async def site_stream(
+    client,
+    text: str,
+    result: dict,
+    ready: asyncio.Event,
+    delay: float = 0.0,
+    cold: bool = False,
+    on_posted=None,
+):
     """One user's reply through the site. cold: the conversation and its event stream are
     opened only at the send time too (a page loaded and used at once), not beforehand."""
     if not cold:
@@ -114,8 +133,15 @@ async def site_stream(client, text: str, result: dict, ready: asyncio.Event, del
         result["errors"].append(f"{type(exc).__name__}: {exc}")
 
 
-async def direct_stream(client, text: str, result: dict, ready: asyncio.Event, delay: float = 0.0,
-                        cold: bool = False, on_posted=None):
+async def direct_stream(
+    client,
+    text: str,
+    result: dict,
+    ready: asyncio.Event,
+    delay: float = 0.0,
+    cold: bool = False,
+    on_posted=None,
+):
     await ready.wait()
     await asyncio.sleep(delay)
     sent = time.monotonic()

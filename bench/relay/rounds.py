@@ -37,9 +37,20 @@ async def run_round(kind, streams, texts, clients, stats, ramp: float, cold: boo
     phase = PostPhase(streams, stats)
     runner = site_stream if kind == "site" else direct_stream
     # Sends spread evenly over `ramp` seconds (0: all at once, the worst case).
-    tasks = [asyncio.create_task(runner(clients[i % len(clients)], texts[i], results[i], ready,
-                                        ramp * i / streams, cold=cold, on_posted=phase.posted))
-             for i in range(streams)]
+    tasks = [
+        asyncio.create_task(
+            runner(
+                clients[i % len(clients)],
+                texts[i],
+                results[i],
+                ready,
+                ramp * i / streams,
+                cold=cold,
+                on_posted=phase.posted,
+            )
+        )
+        for i in range(streams)
+    ]
     await asyncio.sleep(0.5 + (0 if cold else streams * 0.01))  # every stream open first
     cpu_before, wall_before = (stats.cpu_seconds() if stats else 0), time.monotonic()
     ready.set()
@@ -59,25 +70,30 @@ async def run_round(kind, streams, texts, clients, stats, ramp: float, cold: boo
 def _latency(results: list[dict], texts: list[str]) -> dict:
     latency = [x * 1000 for r in results for x in r["latency"]]
     first = [x * 1000 for r in results for x in r["first_token"]]
-    return {"events": sum(len(r["seqs"]) for r in results),
-            "sent": sum(len(t.split()) for t in texts),
-            "received": sum(len("".join(r["text"]).split()) for r in results),
-            "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
-            "max_ms": max(latency) if latency else float("nan"),
-            "first_token_p50_ms": percentile(first, 50),
-            "errors": sum(len(r["errors"]) for r in results),
-            **check(results, texts)}
+    return {
+        "events": sum(len(r["seqs"]) for r in results),
+        "sent": sum(len(t.split()) for t in texts),
+        "received": sum(len("".join(r["text"]).split()) for r in results),
+        "p50_ms": percentile(latency, 50),
+        "p99_ms": percentile(latency, 99),
+        "max_ms": max(latency) if latency else float("nan"),
+        "first_token_p50_ms": percentile(first, 50),
+        "errors": sum(len(r["errors"]) for r in results),
+        **check(results, texts),
+    }
 
 
 async def send_burst(clients, count: int, stats: ProcessStats) -> dict:
     """CPU per send: `count` one-word messages at once on open conversations, including
     starting and ending each one-token reply's relay (the whole send path)."""
-    conversations = await asyncio.gather(*(new_conversation(clients[i % len(clients)])
-                                           for i in range(count)))
+    conversations = await asyncio.gather(
+        *(new_conversation(clients[i % len(clients)]) for i in range(count))
+    )
     await asyncio.sleep(1)
     cpu = stats.cpu_seconds()
-    responses = await asyncio.gather(*(send(clients[i % len(clients)], c, "hi")
-                                       for i, c in enumerate(conversations)))
+    responses = await asyncio.gather(
+        *(send(clients[i % len(clients)], c, "hi") for i, c in enumerate(conversations))
+    )
     await asyncio.sleep(1.0)  # the one-token replies end
     spent = stats.cpu_seconds() - cpu
     accepted = sum(1 for r in responses if r.status_code == 202)
@@ -100,25 +116,41 @@ async def idle_streams(clients, count: int, stats: ProcessStats) -> dict:
     finally:
         for context in contexts:
             await context.__aexit__(None, None, None)
-    return {"idle_streams": opened, "rss_mb": rss1, "threads": threads1,
-            "rss_mb_before": rss0, "threads_before": threads0}
+    return {
+        "idle_streams": opened,
+        "rss_mb": rss1,
+        "threads": threads1,
+        "rss_mb_before": rss0,
+        "threads_before": threads0,
+    }
 
 
 async def reconnect_storm(clients, count: int, replying: int, tokens: int, window: float) -> dict:
     """`count` open event streams, `replying` of them with a reply being written, all dropped
     and reopened with their Last-Event-ID within `window` seconds (what a restart of the
     proxy does to every open page): each must resume, and each reply arrive exactly once."""
-    pairs = [(clients[i % len(clients)], await new_conversation(clients[i % len(clients)]))
-             for i in range(count)]
+    pairs = [
+        (clients[i % len(clients)], await new_conversation(clients[i % len(clients)]))
+        for i in range(count)
+    ]
     texts = [" ".join(f"r{i}w{j}" for j in range(tokens)) for i in range(replying)]
     results = [new_result() for _ in range(count)]
-    first = await asyncio.gather(*(_first_leg(c, conv, results[i], texts[i] if i < replying else None)
-                                   for i, (c, conv) in enumerate(pairs)))
-    resumed = await asyncio.gather(*(_second_leg(c, conv, results[i], window * i / count)
-                                     for i, (c, conv) in enumerate(pairs)))
+    first = await asyncio.gather(
+        *(
+            _first_leg(c, conv, results[i], texts[i] if i < replying else None)
+            for i, (c, conv) in enumerate(pairs)
+        )
+    )
+    resumed = await asyncio.gather(
+        *(_second_leg(c, conv, results[i], window * i / count) for i, (c, conv) in enumerate(pairs))
+    )
     errors = sum(len(r["errors"]) for r in results) + first.count(False)
-    return {"streams": count, "resumed": sum(resumed), "errors": errors,
-            **check(results[:replying], texts)}
+    return {
+        "streams": count,
+        "resumed": sum(resumed),
+        "errors": errors,
+        **check(results[:replying], texts),
+    }
 
 
 async def _first_leg(client, conversation: str, result: dict, text: str | None) -> bool:
@@ -144,8 +176,9 @@ async def _first_leg(client, conversation: str, result: dict, text: str | None) 
 async def _second_leg(client, conversation: str, result: dict, delay: float) -> bool:
     await asyncio.sleep(delay)
     headers = {"Last-Event-ID": result["last_id"]} if result.get("last_id") else {}
-    async with client.stream("GET", f"/events/conversations/{conversation}/",
-                             headers=headers) as response:
+    async with client.stream(
+        "GET", f"/events/conversations/{conversation}/", headers=headers
+    ) as response:
         if response.status_code != 200:
             result["errors"].append(f"resume {response.status_code}")
             return False

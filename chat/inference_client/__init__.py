@@ -3,7 +3,7 @@ server): a backend chosen by dotted path in settings.INFERENCE_CLIENT, like Chan
 layers. Every backend streams the same items (base.py); http.py talks to real servers,
 fake.py echoes in-process for tests."""
 
-from functools import lru_cache
+from functools import cache
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _client(path: str) -> InferenceClient:
     return import_string(path)()
 

@@ -1,8 +1,7 @@
 """What every inference client backend speaks: the request, the streamed items, the error."""
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
-
 
 
 @dataclass(frozen=True)

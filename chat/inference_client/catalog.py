@@ -3,8 +3,8 @@ is, so only these are accepted; the list is asked for at most every
 INFERENCE_MODELS_CACHE_SECONDS (it changes when an operator swaps a model, not per request)."""
 
 from asgiref.sync import async_to_sync
-from django.core.cache import cache
 from django.conf import settings
+from django.core.cache import cache
 
 from chat.inference_client import get_client
 

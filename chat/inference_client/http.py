@@ -11,8 +11,8 @@ import weakref
 import httpx
 from django.conf import settings
 
-from chat.inference_client.transport import StreamResponse, open_stream
 from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClient, InferenceError
+from chat.inference_client.transport import StreamResponse, open_stream
 
 logger = logging.getLogger(__name__)
 

@@ -178,7 +178,9 @@ async def open_stream(url: str, body: bytes, headers: dict[str, str]) -> StreamR
     port = parts.port or (443 if secure else 80)
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.create_connection(
-        StreamProtocol, parts.hostname, port,
+        StreamProtocol,
+        parts.hostname,
+        port,
         ssl=ssl.create_default_context() if secure else None,
         server_hostname=parts.hostname if secure else None,
     )

@@ -8,8 +8,8 @@ Tokens that reach a relay together (one network read) go out as one `token` even
 import asyncio
 import contextlib
 import contextvars
-import time
 import logging
+import time
 import uuid
 
 from asgiref.sync import sync_to_async
@@ -83,7 +83,9 @@ class RelayManager:
         """Start a relay from any thread (sync views run in a worker thread under ASGI)."""
         loop = self.loop
         if loop is None or loop.is_closed():
-            logger.error("no event loop to relay %s on: is the site running under ASGI?", message_id)
+            logger.error(
+                "no event loop to relay %s on: is the site running under ASGI?", message_id
+            )
             return False
         if _running_loop() is loop:
             self.start(message_id)

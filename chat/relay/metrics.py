@@ -36,7 +36,10 @@ class RelayMetrics:
             registry=registry,
         )
         self.failures = Counter(
-            "tokenstream_relay_failures_total", "Relay failures, by kind", ["kind"], registry=registry
+            "tokenstream_relay_failures_total",
+            "Relay failures, by kind",
+            ["kind"],
+            registry=registry,
         )
 
     def relay_started(self) -> None:

@@ -57,7 +57,8 @@ def generation_for(conversation: Conversation) -> dict:
         "preset": {"id": preset.pk, "name": preset.name} if preset else None,
         "system_prompt": conversation.system_prompt or (preset.system_prompt if preset else ""),
         "temperature": _first_set(
-            conversation.temperature, preset and preset.temperature,
+            conversation.temperature,
+            preset and preset.temperature,
             settings.CHAT_DEFAULT_TEMPERATURE,
         ),
         "top_p": _first_set(

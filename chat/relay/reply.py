@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from chat.inference_client import Finish, InferenceError
 from chat.models import Message
 from chat.rates import decode_rate
-from chat.usage import ReplyUsage
 from chat.streaming.publish import message_error_data
+from chat.usage import ReplyUsage
 
 CANCELLED = "cancelled"
 
@@ -62,7 +62,9 @@ def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:
         "model": reply.model,
     }
     if isinstance(outcome, InferenceError):
-        fields.update(status=Message.Status.FAILED, error=outcome.message, retryable=outcome.retryable)
+        fields.update(
+            status=Message.Status.FAILED, error=outcome.message, retryable=outcome.retryable
+        )
         data = message_error_data(reply.message_id, outcome.message, outcome.retryable)
         return fields, "message.error", data
     if outcome == CANCELLED:
@@ -71,17 +73,21 @@ def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:
         reason = reply.finish.reason if reply.finish else "stop"
         fields.update(status=Message.Status.COMPLETE, finish_reason=reason)
     rate = decode_rate(completion_tokens, reply.ttft, duration)
-    return fields, "message.end", {
-        "message_id": str(reply.message_id),
-        "finish_reason": fields["finish_reason"],
-        "usage": {
-            "prompt_tokens": fields["prompt_tokens"],
-            "completion_tokens": completion_tokens,
+    return (
+        fields,
+        "message.end",
+        {
+            "message_id": str(reply.message_id),
+            "finish_reason": fields["finish_reason"],
+            "usage": {
+                "prompt_tokens": fields["prompt_tokens"],
+                "completion_tokens": completion_tokens,
+            },
+            "ttft_ms": fields["ttft_ms"],
+            "tokens_per_second": None if rate is None else round(rate, 1),
+            "model": reply.model,
         },
-        "ttft_ms": fields["ttft_ms"],
-        "tokens_per_second": None if rate is None else round(rate, 1),
-        "model": reply.model,
-    }
+    )
 
 
 def reply_usage(reply: Reply, fields: dict) -> ReplyUsage | None:

@@ -100,8 +100,13 @@ def _update_streaming_texts(contents: dict[uuid.UUID, tuple[str, int]], now) -> 
     )
     stamp = field("updated_at").get_db_prep_value(now, connection)
     rows = [
-        (content, next_seq, stamp, meta.pk.get_db_prep_value(message_id, connection),
-         Message.Status.STREAMING)
+        (
+            content,
+            next_seq,
+            stamp,
+            meta.pk.get_db_prep_value(message_id, connection),
+            Message.Status.STREAMING,
+        )
         for message_id, (content, next_seq) in contents.items()
     ]
     with connection.cursor() as cursor:

@@ -78,8 +78,9 @@ class StopSignals:
             await layer.group_add(stop_group(message_id), self.channel)
             return True
         except Exception:
-            logger.warning("cannot listen for Stop of %s; watching the database", message_id,
-                           exc_info=True)
+            logger.warning(
+                "cannot listen for Stop of %s; watching the database", message_id, exc_info=True
+            )
             METRICS.failure("stop_channel")
             return False
 

@@ -218,7 +218,6 @@ class ChannelStream:
             if overflow:
                 return
 
-
     async def _check_access(self) -> None:
         if not await self.still_allowed():
             raise AccessEnded

@@ -61,8 +61,9 @@ def stopped_inference_url(settings, fresh_inference_client):
 @pytest.fixture(scope="session")
 def running_inference(tmp_path_factory):
     """`python -m inference` with the fake engine; the tests that need it skip without it."""
-    server = InferenceServer(tmp_path_factory.mktemp("inference"), engine="fake",
-                             FAKE_TOKENS_PER_SECOND=200)
+    server = InferenceServer(
+        tmp_path_factory.mktemp("inference"), engine="fake", FAKE_TOKENS_PER_SECOND=200
+    )
     try:
         server.start(timeout=60)
     except (RuntimeError, TimeoutError, OSError) as exc:

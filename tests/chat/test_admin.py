@@ -43,11 +43,28 @@ def chat(make_user, make_conversation, make_message):
     owner = make_user("alice")
     conversation = make_conversation(owner, title="Travel plans")
     question = make_message(conversation, "Which animal has stripes, a zebra?")
-    old = make_message(conversation, "Perhaps a tiger.", role="assistant",
-                       reply_to=question, model="smol", status="complete", finish_reason="stop")
-    new = make_message(conversation, "Yes, the zebra has stripes.", role="assistant",
-                       reply_to=question, model="smol", status="complete", finish_reason="stop",
-                       ttft_ms=120, duration_ms=1120, completion_tokens=11, prompt_tokens=30)
+    old = make_message(
+        conversation,
+        "Perhaps a tiger.",
+        role="assistant",
+        reply_to=question,
+        model="smol",
+        status="complete",
+        finish_reason="stop",
+    )
+    new = make_message(
+        conversation,
+        "Yes, the zebra has stripes.",
+        role="assistant",
+        reply_to=question,
+        model="smol",
+        status="complete",
+        finish_reason="stop",
+        ttft_ms=120,
+        duration_ms=1120,
+        completion_tokens=11,
+        prompt_tokens=30,
+    )
     _space_out([question, old, new])
     return conversation
 
@@ -136,8 +153,9 @@ def test_staff_cannot_change_message_text_through_the_admin(who, staff, admin_cl
     url = reverse("admin:chat_message_change", args=[message.pk])
 
     assert client.get(url).status_code == 200  # readable
-    response = client.post(url, {"content": "Rewritten by staff", "role": "assistant",
-                                 "status": "complete"})
+    response = client.post(
+        url, {"content": "Rewritten by staff", "role": "assistant", "status": "complete"}
+    )
 
     assert response.status_code == 403
     message.refresh_from_db()
@@ -152,8 +170,12 @@ def test_staff_cannot_edit_a_conversation_or_delete_a_single_message(admin_clien
     chat.refresh_from_db()
     assert chat.title == "Travel plans"
     message = chat.messages.first()
-    assert admin_client.post(reverse("admin:chat_message_delete", args=[message.pk]),
-                             {"post": "yes"}).status_code == 403
+    assert (
+        admin_client.post(
+            reverse("admin:chat_message_delete", args=[message.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
     assert Message.objects.filter(pk=message.pk).exists()
 
 
@@ -197,8 +219,12 @@ def test_transcript_json_gives_a_streaming_reply_its_text_so_far(
 
     assert 'data-streaming="true"' in page
     assert data["streaming"] is True
-    assert data["messages"][-1] == {**data["messages"][-1], "id": str(reply.pk),
-                                    "content": "One, two", "status": "streaming"}
+    assert data["messages"][-1] == {
+        **data["messages"][-1],
+        "id": str(reply.pk),
+        "content": "One, two",
+        "status": "streaming",
+    }
 
 
 def export(client, action: str, conversations):
@@ -218,9 +244,16 @@ def test_markdown_export_contains_every_message_in_order(
     assert response["Content-Type"].startswith("text/markdown")
     assert response["Content-Disposition"].startswith("attachment;")
     text = response.content.decode()
-    expected = ["# Travel plans", "## Active path", "Which animal has stripes, a zebra?",
-                "Yes, the zebra has stripes.", "## Branch 2: another version of the reply #2",
-                "Perhaps a tiger.", "# Second", "Another question"]
+    expected = [
+        "# Travel plans",
+        "## Active path",
+        "Which animal has stripes, a zebra?",
+        "Yes, the zebra has stripes.",
+        "## Branch 2: another version of the reply #2",
+        "Perhaps a tiger.",
+        "# Second",
+        "Another question",
+    ]
     positions = [text.index(part) for part in expected]
     assert positions == sorted(positions)
     assert "TTFT 120 ms" in text
@@ -235,14 +268,19 @@ def test_json_export_contains_every_message_in_order_with_metadata(staff, chat):
     assert conversation["owner"] == "alice" and conversation["title"] == "Travel plans"
     messages = conversation["messages"]
     assert [m["content"] for m in messages] == [
-        "Which animal has stripes, a zebra?", "Yes, the zebra has stripes.", "Perhaps a tiger."
+        "Which animal has stripes, a zebra?",
+        "Yes, the zebra has stripes.",
+        "Perhaps a tiger.",
     ]
     assert [m["active"] for m in messages] == [True, True, False]
     assert [m["branch"] for m in messages] == [1, 1, 2]
     assert messages[1]["parent_id"] == messages[2]["parent_id"] == messages[0]["id"]
     last = messages[1]
     assert (last["role"], last["ttft_ms"], last["tokens_per_second"], last["finish_reason"]) == (
-        "assistant", 120, 10.0, "stop"
+        "assistant",
+        120,
+        10.0,
+        "stop",
     )
 
 
@@ -254,8 +292,12 @@ def script_sources(policy: str) -> str:
 
 
 def test_admin_pages_carry_a_content_security_policy_that_forbids_inline_scripts(staff, chat):
-    for client, url in [(Client(), "/admin/login/"), (staff, "/admin/"), (staff, CHANGELIST),
-                        (staff, transcript_url(chat))]:
+    for client, url in [
+        (Client(), "/admin/login/"),
+        (staff, "/admin/"),
+        (staff, CHANGELIST),
+        (staff, transcript_url(chat)),
+    ]:
         response = client.get(url)
         assert response.status_code == 200, url
         policy = response["Content-Security-Policy"]
@@ -298,10 +340,18 @@ def test_staff_filter_conversations_by_feedback_and_read_it_in_transcript_and_ex
 def test_a_superuser_creates_a_preset_and_replies_keep_what_they_were_asked_with(admin_client):
     from chat.models import Preset
 
-    response = admin_client.post(reverse("admin:chat_preset_add"), {
-        "name": "Reviewer", "description": "Reviews code", "system_prompt": "Review the code.",
-        "temperature": "0.2", "top_p": "", "max_tokens": "300", "is_active": "on",
-    })
+    response = admin_client.post(
+        reverse("admin:chat_preset_add"),
+        {
+            "name": "Reviewer",
+            "description": "Reviews code",
+            "system_prompt": "Review the code.",
+            "temperature": "0.2",
+            "top_p": "",
+            "max_tokens": "300",
+            "is_active": "on",
+        },
+    )
     assert response.status_code == 302, response.content[:2000]
     preset = Preset.objects.get(name="Reviewer")
     assert (preset.temperature, preset.max_tokens, preset.is_active) == (0.2, 300, True)
@@ -309,7 +359,9 @@ def test_a_superuser_creates_a_preset_and_replies_keep_what_they_were_asked_with
     assert bad.status_code == 200 and not Preset.objects.filter(name="Hot").exists()
 
 
-def test_the_transcript_shows_the_whole_tree_active_path_first(staff, make_conversation, make_message):
+def test_the_transcript_shows_the_whole_tree_active_path_first(
+    staff, make_conversation, make_message
+):
     conversation = make_conversation(title="Branches")
     q1 = make_message(conversation, "first question")
     a1 = make_message(conversation, "first answer", role="assistant", reply_to=q1)
@@ -319,9 +371,16 @@ def test_the_transcript_shows_the_whole_tree_active_path_first(staff, make_conve
     make_message(conversation, "answer to the edit", role="assistant", reply_to=edited)
     _space_out(list(conversation.messages.order_by("created_at")))
     page = staff.get(transcript_url(conversation)).content.decode()
-    order = ["Active path", "rewritten opener", "answer to the edit",
-             "Branch 2: another version of the question #1", "first question", "first answer",
-             "second question", "second answer"]
+    order = [
+        "Active path",
+        "rewritten opener",
+        "answer to the edit",
+        "Branch 2: another version of the question #1",
+        "first question",
+        "first answer",
+        "second question",
+        "second answer",
+    ]
     positions = [page.index(part) for part in order]
     assert positions == sorted(positions)
     assert a1.pk and page.count("other branch</span>") == 4

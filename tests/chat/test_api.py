@@ -40,7 +40,9 @@ def test_search_finds_conversations_by_title_and_message_text(api, user):
 
 def test_send_stores_question_and_streaming_reply_and_titles_the_conversation(api, user):
     conversation = create_conversation(owner=user)
-    response = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "Hi there, model"})
+    response = post(
+        api, f"/api/conversations/{conversation.id}/messages/", {"content": "Hi there, model"}
+    )
     assert response.status_code == 202
     data = response.json()
     assert data["user_message"]["content"] == "Hi there, model"
@@ -61,9 +63,17 @@ def test_send_while_a_reply_streams_is_409(api, user):
 def test_detail_returns_messages_with_status_and_timings(api, user):
     conversation = create_conversation(owner=user)
     question = create_message(conversation, content="q")
-    create_message(conversation, role="assistant", content="a", reply_to=question,
-                 status="complete", finish_reason="stop", ttft_ms=12, duration_ms=500,
-                 completion_tokens=20)
+    create_message(
+        conversation,
+        role="assistant",
+        content="a",
+        reply_to=question,
+        status="complete",
+        finish_reason="stop",
+        ttft_ms=12,
+        duration_ms=500,
+        completion_tokens=20,
+    )
     data = api.get(f"/api/conversations/{conversation.id}/").json()
     reply = data["messages"][1]
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
@@ -73,11 +83,19 @@ def test_detail_returns_messages_with_status_and_timings(api, user):
 
 def test_patch_renames_and_changes_settings(api, user):
     conversation = create_conversation(owner=user)
-    response = post(api, f"/api/conversations/{conversation.id}/",
-                    {"title": "New", "temperature": 0.3, "max_tokens": 100}, method="patch")
+    response = post(
+        api,
+        f"/api/conversations/{conversation.id}/",
+        {"title": "New", "temperature": 0.3, "max_tokens": 100},
+        method="patch",
+    )
     assert response.status_code == 200
     conversation.refresh_from_db()
-    assert (conversation.title, conversation.temperature, conversation.max_tokens) == ("New", 0.3, 100)
+    assert (conversation.title, conversation.temperature, conversation.max_tokens) == (
+        "New",
+        0.3,
+        100,
+    )
 
 
 def test_delete_removes_conversation_and_messages(api, user):
@@ -90,13 +108,17 @@ def test_delete_removes_conversation_and_messages(api, user):
 def test_regenerate_keeps_the_old_reply_as_a_sibling_and_shows_the_new_one(api, user):
     conversation = create_conversation(owner=user)
     question = create_message(conversation, content="q")
-    old = create_message(conversation, role="assistant", content="old", reply_to=question, status="failed")
+    old = create_message(
+        conversation, role="assistant", content="old", reply_to=question, status="failed"
+    )
     response = post(api, f"/api/messages/{old.id}/regenerate/", {})
     assert response.status_code == 202
     new = response.json()["assistant_message"]
     assert new["status"] == "streaming" and new["reply_to"] == str(question.id)
     assert new["parent_id"] == str(question.id) and new["siblings"] == [str(old.id), new["id"]]
-    visible = [m["id"] for m in api.get(f"/api/conversations/{conversation.id}/").json()["messages"]]
+    visible = [
+        m["id"] for m in api.get(f"/api/conversations/{conversation.id}/").json()["messages"]
+    ]
     assert visible == [str(question.id), new["id"]]
     assert Message.objects.filter(pk=old.id, content="old").exists()
 
@@ -104,7 +126,9 @@ def test_regenerate_keeps_the_old_reply_as_a_sibling_and_shows_the_new_one(api, 
 def test_edit_puts_a_new_question_beside_the_last_one_and_answers_it(api, user):
     conversation = create_conversation(owner=user)
     question = create_message(conversation, content="wrong question")
-    create_message(conversation, role="assistant", content="a", reply_to=question, status="complete")
+    create_message(
+        conversation, role="assistant", content="a", reply_to=question, status="complete"
+    )
     response = post(api, f"/api/messages/{question.id}/edit/", {"content": "right question"})
     assert response.status_code == 202
     visible = api.get(f"/api/conversations/{conversation.id}/").json()["messages"]
@@ -155,8 +179,12 @@ def test_state_changing_requests_need_the_csrf_token(user):
     assert post(client, "/api/conversations/", {"title": "x"}).status_code == 403
     client.get("/")  # sets the csrftoken cookie
     token = client.cookies["csrftoken"].value
-    response = client.post("/api/conversations/", data="{}", content_type="application/json",
-                           headers={"X-CSRFToken": token})
+    response = client.post(
+        "/api/conversations/",
+        data="{}",
+        content_type="application/json",
+        headers={"X-CSRFToken": token},
+    )
     assert response.status_code == 201
 
 

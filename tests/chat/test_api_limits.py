@@ -1,7 +1,6 @@
 """Per-user limits through the API: replies and conversations per minute, replies at once,
 and the model a conversation may name."""
 
-
 import pytest
 
 from chat.models import Conversation, Message
@@ -17,7 +16,11 @@ def test_rate_limit_on_messages_per_minute_is_429(api, user, settings):
     codes = []
     for conversation in conversations:
         Message.objects.filter(status="streaming").update(status="complete")
-        codes.append(post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code)
+        codes.append(
+            post(
+                api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}
+            ).status_code
+        )
     assert codes == [202, 202, 429]
 
 
@@ -51,12 +54,17 @@ def test_regenerates_count_against_the_per_minute_limit(api, user, settings):
     conversation = create_conversation(owner=user)
     question = create_message(conversation, content="q")
     reply = create_message(conversation, role="assistant", content="a", reply_to=question)
-    codes = [post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code]
+    codes = [
+        post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code
+    ]
     for _ in range(3):
         finish_streaming_replies()
         codes.append(post(api, f"/api/messages/{reply.id}/regenerate/", {}).status_code)
     assert codes == [202, 202, 202, 429]
-    assert "replies in the last minute" in post(api, f"/api/messages/{reply.id}/regenerate/", {}).json()["error"]["message"]
+    assert (
+        "replies in the last minute"
+        in post(api, f"/api/messages/{reply.id}/regenerate/", {}).json()["error"]["message"]
+    )
 
 
 def test_deleting_conversations_does_not_reset_the_per_minute_limit(api, user, settings):
@@ -64,7 +72,11 @@ def test_deleting_conversations_does_not_reset_the_per_minute_limit(api, user, s
     codes = []
     for _ in range(3):
         conversation = create_conversation(owner=user)
-        codes.append(post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).status_code)
+        codes.append(
+            post(
+                api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}
+            ).status_code
+        )
         api.delete(f"/api/conversations/{conversation.id}/")
     assert codes == [202, 202, 429]
 
@@ -75,7 +87,9 @@ def test_deleting_a_conversation_stops_its_replies(api, user, monkeypatch):
     stopped = []
     monkeypatch.setattr(relay_manager, "request_stop", stopped.append)
     conversation = create_conversation(owner=user)
-    reply = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).json()["assistant_message"]
+    reply = post(api, f"/api/conversations/{conversation.id}/messages/", {"content": "hi"}).json()[
+        "assistant_message"
+    ]
     assert api.delete(f"/api/conversations/{conversation.id}/").status_code == 204
     assert [str(message_id) for message_id in stopped] == [reply["id"]]
 
@@ -89,7 +103,10 @@ def test_conversation_creation_is_limited_per_minute_and_deleting_gives_nothing_
         if response.status_code == 201:
             api.delete(f"/api/conversations/{response.json()['id']}/")
     assert codes == [201, 201, 201, 429]
-    assert "conversations in the last minute" in post(api, "/api/conversations/", {}).json()["error"]["message"]
+    assert (
+        "conversations in the last minute"
+        in post(api, "/api/conversations/", {}).json()["error"]["message"]
+    )
 
 
 @pytest.fixture
@@ -120,7 +137,9 @@ def test_a_model_the_servers_do_not_list_is_400_and_the_list_is_asked_once(api, 
     assert not Conversation.objects.exists()
     created = post(api, "/api/conversations/", {"model": "fake-echo"})
     assert created.status_code == 201
-    patched = post(api, f"/api/conversations/{created.json()['id']}/", {"model": "gpt-9"}, method="patch")
+    patched = post(
+        api, f"/api/conversations/{created.json()['id']}/", {"model": "gpt-9"}, method="patch"
+    )
     assert patched.status_code == 400
     assert post(api, "/api/conversations/", {"model": ""}).status_code == 201
     assert len(fake_models) == 1

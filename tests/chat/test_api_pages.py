@@ -12,11 +12,17 @@ pytestmark = pytest.mark.django_db
 
 def long_conversation(user, count: int):
     conversation = create_conversation(owner=user)
-    messages = [create_message(conversation, content=f"m{n}", role="user" if n % 2 == 0 else "assistant")
-                for n in range(count)]
+    messages = [
+        create_message(conversation, content=f"m{n}", role="user" if n % 2 == 0 else "assistant")
+        for n in range(count)
+    ]
     # An older version of the last message: a sibling off the active path, never listed.
-    Message.objects.create(conversation=conversation, role=messages[-1].role, content="replaced",
-                           parent=messages[-1].parent)
+    Message.objects.create(
+        conversation=conversation,
+        role=messages[-1].role,
+        content="replaced",
+        parent=messages[-1].parent,
+    )
     return conversation, [str(m.id) for m in messages]
 
 
@@ -27,7 +33,9 @@ def test_a_short_conversation_comes_whole_as_before(api, user):
     assert data["has_earlier"] is False and data["earlier_cursor"] is None
 
 
-def test_a_long_conversation_comes_newest_page_first_with_a_cursor_to_earlier_ones(api, user, settings):
+def test_a_long_conversation_comes_newest_page_first_with_a_cursor_to_earlier_ones(
+    api, user, settings
+):
     settings.CHAT_MESSAGES_PAGE_SIZE = 40
     conversation, ids = long_conversation(user, 100)
     url = f"/api/conversations/{conversation.id}/"
@@ -42,10 +50,16 @@ def test_a_long_conversation_comes_newest_page_first_with_a_cursor_to_earlier_on
     assert [m["id"] for m in api.get(url, {"limit": 3}).json()["messages"]] == ids[97:]
 
 
-@pytest.mark.parametrize("query, status", [
-    ({"limit": "abc"}, 400), ({"limit": "0"}, 400), ({"limit": "100000"}, 400),
-    ({"before": "not-a-uuid"}, 400), ({"before": str(uuid.uuid4())}, 404),
-])
+@pytest.mark.parametrize(
+    "query, status",
+    [
+        ({"limit": "abc"}, 400),
+        ({"limit": "0"}, 400),
+        ({"limit": "100000"}, 400),
+        ({"before": "not-a-uuid"}, 400),
+        ({"before": str(uuid.uuid4())}, 404),
+    ],
+)
 def test_bad_page_parameters_are_refused(api, user, query, status):
     conversation, _ = long_conversation(user, 3)
     response = api.get(f"/api/conversations/{conversation.id}/", query)

@@ -30,8 +30,16 @@ def three_turns(user):
     made = []
     for n in (1, 2, 3):
         question = create_message(conversation, content=f"question {n}")
-        made += [question, create_message(conversation, role="assistant", content=f"answer {n}",
-                                          reply_to=question, status="complete")]
+        made += [
+            question,
+            create_message(
+                conversation,
+                role="assistant",
+                content=f"answer {n}",
+                reply_to=question,
+                status="complete",
+            ),
+        ]
     return conversation, made
 
 
@@ -55,7 +63,9 @@ def test_a_linear_chat_is_one_path_with_parents_and_single_siblings(api, three_t
 
 def test_editing_the_first_question_starts_a_new_branch_beside_it(api, three_turns):
     conversation, made = three_turns
-    response = call(api, "post", f"/api/messages/{made[0].id}/edit/", {"content": "better question"})
+    response = call(
+        api, "post", f"/api/messages/{made[0].id}/edit/", {"content": "better question"}
+    )
     assert response.status_code == 202
     data = response.json()
     question, reply = data["user_message"], data["assistant_message"]
@@ -75,13 +85,21 @@ def test_switching_shows_a_branch_down_to_its_newest_reply_and_back(api, three_t
     conversation, made = three_turns
     edited = call(api, "post", f"/api/messages/{made[0].id}/edit/", {"content": "other"}).json()
     finish_replies(conversation, "other answer")
-    response = call(api, "post", f"/api/conversations/{conversation.id}/switch/",
-                    {"message_id": str(made[0].id)})
+    response = call(
+        api,
+        "post",
+        f"/api/conversations/{conversation.id}/switch/",
+        {"message_id": str(made[0].id)},
+    )
     assert response.status_code == 200
     assert contents(response.json()["messages"]) == [m.content for m in made]
     assert contents(path_of(api, conversation)) == [m.content for m in made]
-    back = call(api, "post", f"/api/conversations/{conversation.id}/switch/",
-                {"message_id": edited["user_message"]["id"]})
+    back = call(
+        api,
+        "post",
+        f"/api/conversations/{conversation.id}/switch/",
+        {"message_id": edited["user_message"]["id"]},
+    )
     assert contents(back.json()["messages"]) == ["other", "other answer"]
 
 
@@ -94,12 +112,16 @@ def test_regenerating_a_middle_reply_makes_a_sibling_and_ends_the_path_there(api
     assert new["parent_id"] == str(made[2].id)
     assert new["siblings"] == [str(middle.id), new["id"]]
     assert [m["id"] for m in path_of(api, conversation)] == [
-        str(made[0].id), str(made[1].id), str(made[2].id), new["id"]
+        str(made[0].id),
+        str(made[1].id),
+        str(made[2].id),
+        new["id"],
     ]
     finish_replies(conversation)
     # Switching to the old reply brings back the turns that followed it.
-    switched = call(api, "post", f"/api/conversations/{conversation.id}/switch/",
-                    {"message_id": str(middle.id)}).json()
+    switched = call(
+        api, "post", f"/api/conversations/{conversation.id}/switch/", {"message_id": str(middle.id)}
+    ).json()
     assert contents(switched["messages"])[-1] == "answer 3"
 
 
@@ -107,7 +129,12 @@ def test_sending_after_a_switch_continues_the_switched_path(api, three_turns):
     conversation, made = three_turns
     call(api, "post", f"/api/messages/{made[0].id}/edit/", {"content": "other"})
     finish_replies(conversation)
-    call(api, "post", f"/api/conversations/{conversation.id}/switch/", {"message_id": str(made[0].id)})
+    call(
+        api,
+        "post",
+        f"/api/conversations/{conversation.id}/switch/",
+        {"message_id": str(made[0].id)},
+    )
     sent = call(api, "post", f"/api/conversations/{conversation.id}/messages/", {"content": "q4"})
     assert sent.status_code == 202
     assert sent.json()["user_message"]["parent_id"] == str(made[-1].id)
@@ -125,8 +152,12 @@ def test_only_one_reply_streams_per_conversation_but_switching_is_allowed(api, t
         response = call(api, "post", path, body)
         assert response.status_code == 409, path
         assert "still being written" in response.json()["error"]["message"]
-    switched = call(api, "post", f"/api/conversations/{conversation.id}/switch/",
-                    {"message_id": str(made[2].id)})
+    switched = call(
+        api,
+        "post",
+        f"/api/conversations/{conversation.id}/switch/",
+        {"message_id": str(made[2].id)},
+    )
     assert switched.status_code == 200
     data = switched.json()
     # The streaming reply is off the path now, and the conversation says where it is.
@@ -137,14 +168,18 @@ def test_only_one_reply_streams_per_conversation_but_switching_is_allowed(api, t
 
 def test_a_message_shows_its_siblings_on_its_own(api, three_turns):
     conversation, made = three_turns
-    new = call(api, "post", f"/api/messages/{made[5].id}/regenerate/", {}).json()["assistant_message"]
+    new = call(api, "post", f"/api/messages/{made[5].id}/regenerate/", {}).json()[
+        "assistant_message"
+    ]
     data = api.get(f"/api/messages/{made[5].id}/").json()
     assert data["siblings"] == [str(made[5].id), new["id"]]
 
 
 def test_edit_of_a_reply_and_regenerate_of_a_question_are_400(api, three_turns):
     conversation, made = three_turns
-    assert call(api, "post", f"/api/messages/{made[1].id}/edit/", {"content": "x"}).status_code == 400
+    assert (
+        call(api, "post", f"/api/messages/{made[1].id}/edit/", {"content": "x"}).status_code == 400
+    )
     assert call(api, "post", f"/api/messages/{made[0].id}/regenerate/", {}).status_code == 400
     assert Message.objects.count() == 6
 
@@ -177,13 +212,19 @@ def test_switching_to_a_message_of_another_conversation_is_404(api, user, three_
     mine_elsewhere = create_message(create_conversation(owner=user), content="elsewhere")
     foreign = create_message(create_conversation(), content="secret")
     for message_id in (mine_elsewhere.id, foreign.id, uuid.uuid4()):
-        response = call(api, "post", f"/api/conversations/{conversation.id}/switch/",
-                        {"message_id": str(message_id)})
+        response = call(
+            api,
+            "post",
+            f"/api/conversations/{conversation.id}/switch/",
+            {"message_id": str(message_id)},
+        )
         assert response.status_code == 404
         assert "secret" not in response.content.decode()
 
 
-@pytest.mark.parametrize("body", ['{"content": ""}', '{"content": 3}', "{}", '{"content": "x", "parent": 1}'])
+@pytest.mark.parametrize(
+    "body", ['{"content": ""}', '{"content": 3}', "{}", '{"content": "x", "parent": 1}']
+)
 def test_bad_edit_bodies_are_400_and_store_nothing(api, three_turns, body):
     conversation, made = three_turns
     response = call(api, "post", f"/api/messages/{made[2].id}/edit/", raw=body)

@@ -62,12 +62,20 @@ def test_warmup_against_a_stopped_inference_server_exits_non_zero_with_a_sentenc
     url = f"http://127.0.0.1:{free_port()}"
     env = base_env(INFERENCE_URLS=url, TOKENSTREAM_VAR_DIR=tmp_path)
 
-    result = subprocess.run([PYTHON, "manage.py", "warmup", "--timeout", "1"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [PYTHON, "manage.py", "warmup", "--timeout", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert result.returncode != 0
-    assert (f"The inference server at {url} is not reachable: is `python -m inference` running?"
-            in result.stderr)
+    assert (
+        f"The inference server at {url} is not reachable: is `python -m inference` running?"
+        in result.stderr
+    )
 
 
 @pytest.mark.live
@@ -187,7 +195,9 @@ def test_prune_deletes_only_conversations_inactive_for_the_given_days(old_and_ne
     assert "deleted 1 conversations (1 messages) inactive for 30 days" in out
     assert not Conversation.objects.filter(pk=old_and_new_conversations.pk).exists()
     assert set(Conversation.objects.values_list("title", flat=True)) == {
-        "old row, recent reply", "streaming", "fresh"
+        "old row, recent reply",
+        "streaming",
+        "fresh",
     }
 
 

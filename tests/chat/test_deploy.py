@@ -14,7 +14,9 @@ def env_file() -> dict[str, str]:
 
 def test_nginx_sets_the_forwarded_address_instead_of_appending_the_clients_own():
     conf = (DEPLOY / "nginx.conf").read_text()
-    settings_of_the_header = re.findall(r"^\s*proxy_set_header\s+X-Forwarded-For\s+(\S+);", conf, re.M)
+    settings_of_the_header = re.findall(
+        r"^\s*proxy_set_header\s+X-Forwarded-For\s+(\S+);", conf, re.M
+    )
     assert settings_of_the_header and set(settings_of_the_header) == {"$remote_addr"}
 
 
@@ -38,5 +40,5 @@ def test_the_site_unit_raises_the_open_file_limit():
 def test_nginx_limits_open_event_streams_per_client():
     conf = (DEPLOY / "nginx.conf").read_text()
     assert re.search(r"^limit_conn_zone \$binary_remote_addr zone=(\w+):", conf, re.M)
-    events = conf[conf.index("location /events/"):]
+    events = conf[conf.index("location /events/") :]
     assert re.search(r"limit_conn \w+ \d+;", events[: events.index("}")])

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from tests.support.processes import InferenceServer, SiteServer
-
 from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = pytest.mark.live
@@ -102,7 +101,9 @@ def test_database_locked_mid_reply_loses_no_text(live_dir, slow_inference):
         site.stop()
 
 
-def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(live_site, make_site_user):
+def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(
+    live_site, make_site_user
+):
     from tests.support.tcp_proxy import CuttableProxy
 
     proxy = CuttableProxy(live_site.port)
@@ -115,7 +116,8 @@ def test_browser_connection_cut_mid_reply_then_resumed_gets_every_token_once(liv
         reply_id = direct.send(conversation["id"], WORDS)["assistant_message"]["id"]
         before, _ = collect_reply(stream, reply_id, stop_after_tokens=6)
         proxy.cut()
-        with pytest.raises(Exception):
+        # Whatever the client library raises for a cut connection: the test is what follows.
+        with pytest.raises(Exception):  # noqa: B017
             collect_reply(stream, reply_id)  # the connection is gone
         stream.close()
         time.sleep(0.5)
@@ -154,13 +156,21 @@ def metrics_value(site_url: str, name: str) -> float:
         ("error_chunk", "CUDA fell over"),
     ],
 )
-def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(live_dir, behaviour, expected):
+def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(
+    live_dir, behaviour, expected
+):
     from tests.support.scripted_server import ScriptedServer
 
     with ScriptedServer([behaviour] * 20) as upstream:
-        site = SiteServer(live_dir, live_dir / f"scripted-{behaviour}", INFERENCE_URLS=upstream.url,
-                          INFERENCE_FIRST_TOKEN_TIMEOUT=2, INFERENCE_READ_TIMEOUT=2,
-                          INFERENCE_BUSY_RETRY_SECONDS=2, METRICS_TOKEN="m-token").start()
+        site = SiteServer(
+            live_dir,
+            live_dir / f"scripted-{behaviour}",
+            INFERENCE_URLS=upstream.url,
+            INFERENCE_FIRST_TOKEN_TIMEOUT=2,
+            INFERENCE_READ_TIMEOUT=2,
+            INFERENCE_BUSY_RETRY_SECONDS=2,
+            METRICS_TOKEN="m-token",
+        ).start()
         try:
             client = SiteClient(site.url).signup(f"f{behaviour.replace('_', '')}")
             conversation = client.new_conversation()
@@ -174,7 +184,9 @@ def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(liv
             assert end.event == "message.error"
             assert expected in end.json["error"] and end.json["retryable"] is True
             assert took < 10
-            assert saved["status"] == "failed" and saved["content"] == "".join(t["text"] for t in tokens)
+            assert saved["status"] == "failed" and saved["content"] == "".join(
+                t["text"] for t in tokens
+            )
             assert metrics_value(site.url, "tokenstream_relays_active") == 0
             deadline = time.monotonic() + 5
             while upstream.open_streams and time.monotonic() < deadline:
@@ -185,10 +197,15 @@ def test_inference_failures_end_the_reply_clearly_and_leave_no_relay_running(liv
 
 
 def test_overloaded_inference_server_is_reported_busy_and_no_reply_is_left_streaming(live_dir):
-    inference = InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=10,
-                                MAX_BATCH=1, MAX_QUEUE=0).start()
-    site = SiteServer(live_dir, live_dir / "overloaded", INFERENCE_URLS=inference.url,
-                      INFERENCE_BUSY_RETRY_SECONDS=1).start()
+    inference = InferenceServer(
+        live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=10, MAX_BATCH=1, MAX_QUEUE=0
+    ).start()
+    site = SiteServer(
+        live_dir,
+        live_dir / "overloaded",
+        INFERENCE_URLS=inference.url,
+        INFERENCE_BUSY_RETRY_SECONDS=1,
+    ).start()
     try:
         client = SiteClient(site.url).signup("busyuser")
         first, second = client.new_conversation(), client.new_conversation()
@@ -201,7 +218,9 @@ def test_overloaded_inference_server_is_reported_busy_and_no_reply_is_left_strea
         assert end.event == "message.error" and "busy" in end.json["error"]
         assert client.wait_settled(second["id"], busy_id)["status"] == "failed"
         assert client.wait_settled(first["id"], long_id)["status"] == "complete"
-        retry = client.api("POST", f"/api/messages/{busy_id}/regenerate/").json()["assistant_message"]
+        retry = client.api("POST", f"/api/messages/{busy_id}/regenerate/").json()[
+            "assistant_message"
+        ]
         assert client.wait_settled(second["id"], retry["id"])["status"] == "complete"
     finally:
         site.stop()

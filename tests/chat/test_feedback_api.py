@@ -23,8 +23,9 @@ def api(user):
 def reply(user):
     conversation = create_conversation(owner=user)
     question = create_message(conversation, content="q")
-    return create_message(conversation, role="assistant", content="a", reply_to=question,
-                          status="complete")
+    return create_message(
+        conversation, role="assistant", content="a", reply_to=question, status="complete"
+    )
 
 
 def put(api, message, payload=None, raw=None):
@@ -60,16 +61,19 @@ def test_a_reply_still_streaming_cannot_be_rated_yet(api, user):
     assert not Feedback.objects.exists()
 
 
-@pytest.mark.parametrize("body,why", [
-    ("{}", "`rating` is required"),
-    ('{"rating": "meh"}', '"up", "down" or null'),
-    ('{"rating": 1}', '"up", "down" or null'),
-    ('{"rating": "up", "comment": 5}', "must be a string"),
-    ('{"rating": "up", "comment": "%s"}' % ("x" * 2001), "too long"),
-    ('{"rating": "up", "stars": 5}', "Unknown field"),
-    ("not json", "not valid JSON"),
-    ('["up"]', "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body,why",
+    [
+        ("{}", "`rating` is required"),
+        ('{"rating": "meh"}', '"up", "down" or null'),
+        ('{"rating": 1}', '"up", "down" or null'),
+        ('{"rating": "up", "comment": 5}', "must be a string"),
+        ('{"rating": "up", "comment": "%s"}' % ("x" * 2001), "too long"),
+        ('{"rating": "up", "stars": 5}', "Unknown field"),
+        ("not json", "not valid JSON"),
+        ('["up"]', "JSON object"),
+    ],
+)
 def test_bad_feedback_is_400_and_stores_nothing(api, reply, body, why):
     response = put(api, reply, raw=body)
     assert response.status_code == 400
@@ -78,4 +82,7 @@ def test_bad_feedback_is_400_and_stores_nothing(api, reply, body, why):
 
 
 def test_feedback_only_by_put(api, reply):
-    assert call(api, "post", f"/api/messages/{reply.id}/feedback/", {"rating": "up"}).status_code == 405
+    assert (
+        call(api, "post", f"/api/messages/{reply.id}/feedback/", {"rating": "up"}).status_code
+        == 405
+    )

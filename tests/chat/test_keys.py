@@ -46,9 +46,15 @@ def test_create_shows_the_secret_once_and_stores_only_its_hash(api, user):
 
 
 def test_a_key_without_a_name_gets_one_and_unknown_fields_are_400(api):
-    assert api.post("/api/keys/", data="{}", content_type="application/json").json()["name"] == "API key"
-    bad = api.post("/api/keys/", data=json.dumps({"name": "x", "scope": "all"}),
-                   content_type="application/json")
+    assert (
+        api.post("/api/keys/", data="{}", content_type="application/json").json()["name"]
+        == "API key"
+    )
+    bad = api.post(
+        "/api/keys/",
+        data=json.dumps({"name": "x", "scope": "all"}),
+        content_type="application/json",
+    )
     assert bad.status_code == 400
     assert create(api, name="n" * 101).status_code == 400
 
@@ -137,8 +143,9 @@ def test_a_session_does_not_open_v1(api):
 @pytest.mark.parametrize("header", ["Bearer ts-not-a-key", "Bearer ", "Basic dXNlcjpwdw==", ""])
 def test_a_bad_or_missing_key_is_401_in_openais_shape(header):
     headers = {"Authorization": header} if header else {}
-    response = Client().post("/v1/chat/completions", data="{}", content_type="application/json",
-                             headers=headers)
+    response = Client().post(
+        "/v1/chat/completions", data="{}", content_type="application/json", headers=headers
+    )
     assert response.status_code == 401
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}

@@ -15,18 +15,32 @@ ATTEMPTS = 8
 
 @pytest.fixture(scope="module")
 def race_env(postgres_url, tmp_path_factory):
-    env = base_env(DATABASE_URL=postgres_url, TOKENSTREAM_VAR_DIR=tmp_path_factory.mktemp("race"),
-                   DATABASE_POOL_SIZE=ATTEMPTS + 2)
-    migrate = subprocess.run([PYTHON, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                             capture_output=True, text=True)
+    env = base_env(
+        DATABASE_URL=postgres_url,
+        TOKENSTREAM_VAR_DIR=tmp_path_factory.mktemp("race"),
+        DATABASE_POOL_SIZE=ATTEMPTS + 2,
+    )
+    migrate = subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert migrate.returncode == 0, migrate.stderr
     return env
 
 
 def race(env: dict, action: str, **limits) -> dict:
     env = {**env, **{name: str(value) for name, value in limits.items()}}
-    result = subprocess.run([PYTHON, "-m", "tests.support.limit_race", action, str(ATTEMPTS)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [PYTHON, "-m", "tests.support.limit_race", action, str(ATTEMPTS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["errors"] == []
@@ -47,8 +61,9 @@ def test_simultaneous_sends_never_exceed_the_per_minute_limit(race_env, round_):
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_simultaneous_regenerates_never_exceed_the_per_minute_limit(race_env, round_):
-    outcome = race(race_env, "regenerate", CHAT_MAX_STREAMING_PER_USER=1000,
-                   CHAT_MESSAGES_PER_MINUTE=3)
+    outcome = race(
+        race_env, "regenerate", CHAT_MAX_STREAMING_PER_USER=1000, CHAT_MESSAGES_PER_MINUTE=3
+    )
     assert (outcome["accepted"], outcome["refused"]) == (3, ATTEMPTS - 3)
 
 

@@ -33,9 +33,16 @@ def old_conversation(apps):
     made = {}
 
     def add(name, role, hidden=False, reply_to=None):
-        message = Message.objects.create(conversation=conversation, role=role, content=name,
-                                         superseded=hidden, reply_to=made.get(reply_to))
-        Message.objects.filter(pk=message.pk).update(created_at=start + datetime.timedelta(seconds=len(made)))
+        message = Message.objects.create(
+            conversation=conversation,
+            role=role,
+            content=name,
+            superseded=hidden,
+            reply_to=made.get(reply_to),
+        )
+        Message.objects.filter(pk=message.pk).update(
+            created_at=start + datetime.timedelta(seconds=len(made))
+        )
         made[name] = message
 
     add("q1", "user")
@@ -57,8 +64,16 @@ def test_old_rows_become_a_tree_and_back():
     Conversation = apps.get_model("chat", "Conversation")
     name = {v: k for k, v in ids.items()}
     parents = {name[m.pk]: name.get(m.parent_id) for m in Message.objects.all()}
-    assert parents == {"q1": None, "a1": "q1", "a1'": "q1", "q2": "a1'", "a2": "q2",
-                       "q2'": "a1'", "a2'": "q2'", "a2''": "q2'"}
+    assert parents == {
+        "q1": None,
+        "a1": "q1",
+        "a1'": "q1",
+        "q2": "a1'",
+        "a2": "q2",
+        "q2'": "a1'",
+        "a2'": "q2'",
+        "a2''": "q2'",
+    }
     assert name[Conversation.objects.get(pk=conversation_id).active_leaf_id] == "a2''"
 
     apps = migrate(BEFORE)

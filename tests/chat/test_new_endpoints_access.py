@@ -27,8 +27,9 @@ ENDPOINTS = [
 def foreign():
     conversation = create_conversation(title="secret title")
     question = create_message(conversation, content="secret words")
-    reply = create_message(conversation, role="assistant", content="secret reply",
-                           reply_to=question, status="complete")
+    reply = create_message(
+        conversation, role="assistant", content="secret reply", reply_to=question, status="complete"
+    )
     ShareLink.objects.create(token="t" * 32, conversation=conversation, leaf=reply)
     return conversation, question, reply
 
@@ -44,8 +45,10 @@ def test_other_users_and_unknown_ids_are_404(foreign, method, path, payload):
     conversation, question, reply = foreign
     api = signed_in(create_user())
     leaf = conversation.active_leaf_id
-    cases = [dict(c=conversation.id, m=question.id, r=reply.id),
-             dict(c=uuid.uuid4(), m=uuid.uuid4(), r=uuid.uuid4())]
+    cases = [
+        dict(c=conversation.id, m=question.id, r=reply.id),
+        dict(c=uuid.uuid4(), m=uuid.uuid4(), r=uuid.uuid4()),
+    ]
     for ids in cases:
         response = call(api, method, path.format(**ids), fill(payload, **ids))
         assert response.status_code == 404, (path, response.content)

@@ -73,7 +73,10 @@ HISTORY = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "hi"},
     {"role": "assistant", "content": "Hello!"},
-    {"role": "user", "content": [{"type": "text", "text": "one two "}, {"type": "text", "text": "three"}]},
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "one two "}, {"type": "text", "text": "three"}],
+    },
 ]
 
 
@@ -90,8 +93,9 @@ def test_a_non_streaming_call_answers_a_chat_completion(secret):
 
 
 def test_a_streaming_call_sends_openai_chunks_then_usage_then_done(secret):
-    status, response, payloads = call(secret, {"messages": HISTORY, "stream": True,
-                                               "stream_options": {"include_usage": True}})
+    status, response, payloads = call(
+        secret, {"messages": HISTORY, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert status == 200 and response["Content-Type"] == "text/event-stream"
     assert payloads[-1] == "[DONE]"
     chunks = [json.loads(p) for p in payloads[:-1]]
@@ -101,7 +105,12 @@ def test_a_streaming_call_sends_openai_chunks_then_usage_then_done(secret):
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert text == "one two three"
     finish, usage = chunks[-2], chunks[-1]
-    assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    assert finish["choices"][0] == {
+        "index": 0,
+        "delta": {},
+        "logprobs": None,
+        "finish_reason": "stop",
+    }
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 3
     assert all(c["usage"] is None for c in chunks[:-1])
 
@@ -109,17 +118,30 @@ def test_a_streaming_call_sends_openai_chunks_then_usage_then_done(secret):
 def test_without_include_usage_a_stream_has_no_usage_field(secret):
     _, _, payloads = call(secret, {"messages": HISTORY, "stream": True})
     chunks = [json.loads(p) for p in payloads[:-1]]
-    assert all("usage" not in c for c in chunks) and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert (
+        all("usage" not in c for c in chunks)
+        and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    )
 
 
 def test_the_call_is_kept_as_an_api_conversation_of_the_user_and_counted(secret, user):
     call(secret, {"messages": HISTORY, "max_tokens": 2, "temperature": 0.3, "model": "fake-echo"})
     conversation = Conversation.objects.get(owner=user)
     assert conversation.source == "api" and conversation.system_prompt == "Be brief."
-    assert (conversation.max_tokens, conversation.temperature, conversation.model) == (2, 0.3, "fake-echo")
-    messages = list(conversation.messages.order_by("created_at").values_list("role", "content", "status"))
-    assert messages == [("user", "hi", "complete"), ("assistant", "Hello!", "complete"),
-                        ("user", "one two three", "complete"), ("assistant", "one two", "complete")]
+    assert (conversation.max_tokens, conversation.temperature, conversation.model) == (
+        2,
+        0.3,
+        "fake-echo",
+    )
+    messages = list(
+        conversation.messages.order_by("created_at").values_list("role", "content", "status")
+    )
+    assert messages == [
+        ("user", "hi", "complete"),
+        ("assistant", "Hello!", "complete"),
+        ("user", "one two three", "complete"),
+        ("assistant", "one two", "complete"),
+    ]
     row = UsageDay.objects.get(user=user)
     assert (row.source, row.replies, row.completion_tokens) == ("api", 1, 2)
 
@@ -130,18 +152,29 @@ def test_max_tokens_ends_with_length(secret):
     assert data["choices"][0]["message"]["content"] == "one"
 
 
-@pytest.mark.parametrize("body, param", [
-    ({}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "messages"),
-    ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "  "}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-    ({"messages": [{"role": "user", "content": "hi"}], "temperature": 3}, "temperature"),
-    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
-    ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
-    ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({}, "messages"),
+        ({"messages": []}, "messages"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yo"},
+                ]
+            },
+            "messages",
+        ),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "  "}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": 3}, "temperature"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
+    ],
+)
 def test_a_bad_body_is_400_naming_the_field(secret, user, body, param):
     status, _, data = call(secret, body)
     assert status == 400
@@ -155,8 +188,17 @@ def test_a_body_that_is_not_json_is_400(secret):
 
 
 def test_unimplemented_openai_fields_are_accepted_and_ignored(secret):
-    status, _, data = call(secret, {"messages": HISTORY, "user": "u1", "seed": 3, "stop": ["x"],
-                                    "tools": [], "frequency_penalty": 0.5})
+    status, _, data = call(
+        secret,
+        {
+            "messages": HISTORY,
+            "user": "u1",
+            "seed": 3,
+            "stop": ["x"],
+            "tools": [],
+            "frequency_penalty": 0.5,
+        },
+    )
     assert status == 200 and data["choices"][0]["message"]["content"] == "one two three"
 
 
@@ -165,7 +207,10 @@ def test_past_a_quota_a_call_is_429_insufficient_quota(secret, user, settings):
     assert call(secret, {"messages": HISTORY})[0] == 200
     status, response, data = call(secret, {"messages": HISTORY})
     assert status == 429
-    assert (data["error"]["type"], data["error"]["code"]) == ("insufficient_quota", "insufficient_quota")
+    assert (data["error"]["type"], data["error"]["code"]) == (
+        "insufficient_quota",
+        "insufficient_quota",
+    )
     assert "daily quota of 5 tokens" in data["error"]["message"]
     assert int(response["Retry-After"]) > 0
     assert Conversation.objects.filter(owner=user).count() == 1
@@ -186,7 +231,10 @@ def test_a_failure_before_any_text_is_an_http_error_and_counted(secret, user, se
     for stream in (False, True):
         status, _, data = call(secret, {"messages": HISTORY, "stream": stream})
         assert status == 503
-        assert (data["error"]["type"], data["error"]["code"]) == ("server_error", "service_unavailable")
+        assert (data["error"]["type"], data["error"]["code"]) == (
+            "server_error",
+            "service_unavailable",
+        )
     assert UsageDay.objects.get(user=user).failures == 2
 
 
@@ -201,4 +249,6 @@ def test_unknown_v1_paths_and_wrong_methods_answer_in_openais_shape(secret):
     assert wrong.status_code == 405 and "POST" in wrong.json()["error"]["message"]
     model = client.get("/v1/models/fake-echo", headers=headers)
     assert model.json()["id"] == "fake-echo" and model.json()["object"] == "model"
-    assert client.get("/v1/models/nope", headers=headers).json()["error"]["code"] == "model_not_found"
+    assert (
+        client.get("/v1/models/nope", headers=headers).json()["error"]["code"] == "model_not_found"
+    )

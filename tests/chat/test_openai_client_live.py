@@ -36,15 +36,21 @@ def new_key(user: SiteClient) -> str:
 @pytest.fixture
 def client(live_site, user) -> openai.OpenAI:
     # No retries: the site's own 429s and 5xx are what these tests look at.
-    return openai.OpenAI(base_url=f"{live_site.url}/v1", api_key=new_key(user), max_retries=0,
-                         timeout=30)
+    return openai.OpenAI(
+        base_url=f"{live_site.url}/v1", api_key=new_key(user), max_retries=0, timeout=30
+    )
 
 
 def set_quota(live_site, username: str, daily: int) -> None:
-    live_site.manage("shell", "-c", (
-        "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
-        f"u = get_user_model().objects.get(username={username!r}); "
-        f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {daily}}})"))
+    live_site.manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
+            f"u = get_user_model().objects.get(username={username!r}); "
+            f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {daily}}})"
+        ),
+    )
 
 
 def test_models_lists_the_inference_servers_models(client):
@@ -67,8 +73,9 @@ def test_a_completion_without_streaming(client):
 
 
 def test_a_streamed_completion_with_usage(client):
-    stream = client.chat.completions.create(model="fake", messages=HISTORY, stream=True,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="fake", messages=HISTORY, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == WORDS
@@ -140,14 +147,17 @@ def test_past_the_quota_a_call_is_a_rate_limit_error_saying_when_it_resets(live_
     assert int(error.response.headers["retry-after"]) > 0
     # The page is refused the same way.
     conversation = user.new_conversation()
-    refused = user.api("POST", f"/api/conversations/{conversation['id']}/messages/", {"content": "hi"})
+    refused = user.api(
+        "POST", f"/api/conversations/{conversation['id']}/messages/", {"content": "hi"}
+    )
     assert refused.status_code == 429
 
 
 def test_a_caller_that_goes_away_mid_stream_stops_the_reply(client, user):
     long = " ".join(f"w{i}" for i in range(300))  # six seconds at the fake's 50 tokens/s
-    stream = client.chat.completions.create(model="fake", stream=True,
-                                            messages=[{"role": "user", "content": long}])
+    stream = client.chat.completions.create(
+        model="fake", stream=True, messages=[{"role": "user", "content": long}]
+    )
     received = 0
     for chunk in stream:
         received += bool(chunk.choices and chunk.choices[0].delta.content)
@@ -171,8 +181,9 @@ def test_concurrent_calls_stream_independently(client):
 
     def one(n: int) -> None:
         words = " ".join(f"c{n}w{i}" for i in range(8))
-        stream = client.chat.completions.create(model="fake", stream=True,
-                                                messages=[{"role": "user", "content": words}])
+        stream = client.chat.completions.create(
+            model="fake", stream=True, messages=[{"role": "user", "content": words}]
+        )
         results[n] = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
     threads = [threading.Thread(target=one, args=(n,)) for n in range(6)]

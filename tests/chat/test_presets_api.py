@@ -24,12 +24,19 @@ def api(user):
 
 @pytest.fixture
 def pirate():
-    return Preset.objects.create(name="Pirate", description="Arr.", system_prompt="Talk like a pirate.",
-                                 temperature=1.1, max_tokens=64)
+    return Preset.objects.create(
+        name="Pirate",
+        description="Arr.",
+        system_prompt="Talk like a pirate.",
+        temperature=1.1,
+        max_tokens=64,
+    )
 
 
 def send(api, conversation_id, text="hello there"):
-    response = call(api, "post", f"/api/conversations/{conversation_id}/messages/", {"content": text})
+    response = call(
+        api, "post", f"/api/conversations/{conversation_id}/messages/", {"content": text}
+    )
     assert response.status_code == 202, response.content
     return response.json()["assistant_message"]
 
@@ -37,8 +44,16 @@ def send(api, conversation_id, text="hello there"):
 def test_only_active_presets_are_listed(api, pirate):
     Preset.objects.create(name="Retired", is_active=False)
     data = api.get("/api/presets/").json()
-    assert data == {"presets": [{"id": pirate.pk, "name": "Pirate", "description": "Arr.",
-                                 "system_prompt": "Talk like a pirate."}]}
+    assert data == {
+        "presets": [
+            {
+                "id": pirate.pk,
+                "name": "Pirate",
+                "description": "Arr.",
+                "system_prompt": "Talk like a pirate.",
+            }
+        ]
+    }
 
 
 def test_a_chat_started_from_a_preset_is_asked_with_its_prompt_and_settings(api, pirate):
@@ -54,12 +69,15 @@ def test_a_chat_started_from_a_preset_is_asked_with_its_prompt_and_settings(api,
 
 
 def test_the_conversations_own_system_prompt_overrides_the_presets(api, pirate):
-    conversation = call(api, "post", "/api/conversations/",
-                        {"preset": pirate.pk, "system_prompt": "Be plain."}).json()
+    conversation = call(
+        api, "post", "/api/conversations/", {"preset": pirate.pk, "system_prompt": "Be plain."}
+    ).json()
     reply = send(api, conversation["id"])
     request = build_request(Message.objects.select_related("conversation").get(pk=reply["id"]))
     assert request.messages[0] == {"role": "system", "content": "Be plain."}
-    assert request.temperature == 1.1  # what the conversation does not set still comes from the preset
+    assert (
+        request.temperature == 1.1
+    )  # what the conversation does not set still comes from the preset
 
 
 def test_changing_a_preset_later_keeps_each_replys_record(api, pirate):
@@ -83,10 +101,19 @@ def test_patch_changes_or_clears_the_preset(api, user, pirate):
     assert call(api, "patch", path, {"preset": None}).json()["preset"] is None
 
 
-@pytest.mark.parametrize("value,why", [
-    ("1", "preset id"), (True, "preset id"), (1.5, "preset id"), (0, "preset id"), (-3, "preset id"),
-    ([1], "preset id"), (999999, "not one of the presets"), ("retired", "preset id"),
-])
+@pytest.mark.parametrize(
+    "value,why",
+    [
+        ("1", "preset id"),
+        (True, "preset id"),
+        (1.5, "preset id"),
+        (0, "preset id"),
+        (-3, "preset id"),
+        ([1], "preset id"),
+        (999999, "not one of the presets"),
+        ("retired", "preset id"),
+    ],
+)
 def test_bad_or_unknown_presets_are_400_and_store_nothing(api, pirate, value, why):
     response = call(api, "post", "/api/conversations/", raw=json.dumps({"preset": value}))
     assert response.status_code == 400

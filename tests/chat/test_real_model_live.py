@@ -3,7 +3,6 @@
 import pytest
 
 from tests.support.processes import InferenceServer, SiteServer
-
 from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.model]
@@ -24,7 +23,8 @@ def test_the_bundled_model_answers_through_the_site_token_by_token(real_stack):
     stream = client.events(conversation["id"])
     try:
         reply_id = client.send(conversation["id"], "What is the capital of France?")[
-            "assistant_message"]["id"]
+            "assistant_message"
+        ]["id"]
         tokens, end = collect_reply(stream, reply_id)
     finally:
         stream.close()

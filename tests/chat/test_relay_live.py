@@ -7,7 +7,6 @@ import httpx
 import pytest
 
 from tests.support.processes import InferenceServer, SiteServer
-
 from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = pytest.mark.live
@@ -129,7 +128,9 @@ def own_stack(live_dir):
     """A site and a slow inference server of this test's own, so killing it harms no other."""
     inference = InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=10).start()
     site = SiteServer(
-        live_dir, live_dir / f"var-{inference.port}", INFERENCE_URLS=inference.url,
+        live_dir,
+        live_dir / f"var-{inference.port}",
+        INFERENCE_URLS=inference.url,
         INFERENCE_BUSY_RETRY_SECONDS=1,
     ).start()
     yield site, inference
@@ -165,8 +166,10 @@ def test_inference_killed_mid_reply_gives_message_error_within_5s_and_keeps_text
     time.sleep(0.2)
     reply = client.wait_settled(conversation["id"], second["assistant_message"]["id"], timeout=10)
     assert reply["status"] == "failed" and reply["retryable"]
-    assert any(m["content"] == "anyone there" for m in
-               client.api("GET", f"/api/conversations/{conversation['id']}/").json()["messages"])
+    assert any(
+        m["content"] == "anyone there"
+        for m in client.api("GET", f"/api/conversations/{conversation['id']}/").json()["messages"]
+    )
 
 
 def test_stop_pressed_right_after_sending_still_stops_the_reply(make_site_user):

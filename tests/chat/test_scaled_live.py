@@ -7,7 +7,6 @@ import uuid
 import pytest
 
 from tests.support.processes import InferenceServer, SiteServer
-
 from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.scaled]
@@ -31,8 +30,10 @@ def redis_url():
 
 @pytest.fixture(scope="module")
 def replicas(live_dir):
-    servers = [InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=25).start()
-               for _ in range(2)]
+    servers = [
+        InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=25).start()
+        for _ in range(2)
+    ]
     yield servers
     for server in servers:
         server.stop()
@@ -40,9 +41,14 @@ def replicas(live_dir):
 
 @pytest.fixture(scope="module")
 def two_sites(live_dir, postgres_url, redis_url, replicas):
-    env = dict(DATABASE_URL=postgres_url, REDIS_URL=redis_url, DJANGO_SECRET_KEY=SECRET,
-               INFERENCE_URLS=",".join(r.url for r in replicas),
-               CHAT_MAX_STREAMING_PER_USER=50, CHAT_MESSAGES_PER_MINUTE=1000)
+    env = dict(
+        DATABASE_URL=postgres_url,
+        REDIS_URL=redis_url,
+        DJANGO_SECRET_KEY=SECRET,
+        INFERENCE_URLS=",".join(r.url for r in replicas),
+        CHAT_MAX_STREAMING_PER_USER=50,
+        CHAT_MESSAGES_PER_MINUTE=1000,
+    )
     first = SiteServer(live_dir, live_dir / "scaled-a", **env).start()
     second = SiteServer(live_dir, live_dir / "scaled-b", **env).start(migrate=False)
     yield first, second
@@ -112,20 +118,33 @@ def test_stop_sent_to_one_process_stops_the_relay_in_the_other(two_sites):
     assert end.json["finish_reason"] == "cancelled"
 
 
-def test_replies_are_spread_over_replicas_and_survive_one_being_killed(live_dir, postgres_url, redis_url):
-    replicas = [InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=40).start()
-                for _ in range(2)]
-    site = SiteServer(live_dir, live_dir / "scaled-replicas", DATABASE_URL=postgres_url,
-                      DJANGO_SECRET_KEY=SECRET,
-                      REDIS_URL=redis_url, INFERENCE_URLS=",".join(r.url for r in replicas),
-                      CHAT_MAX_STREAMING_PER_USER=50, CHAT_MESSAGES_PER_MINUTE=1000).start(migrate=False)
+def test_replies_are_spread_over_replicas_and_survive_one_being_killed(
+    live_dir, postgres_url, redis_url
+):
+    replicas = [
+        InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=40).start()
+        for _ in range(2)
+    ]
+    site = SiteServer(
+        live_dir,
+        live_dir / "scaled-replicas",
+        DATABASE_URL=postgres_url,
+        DJANGO_SECRET_KEY=SECRET,
+        REDIS_URL=redis_url,
+        INFERENCE_URLS=",".join(r.url for r in replicas),
+        CHAT_MAX_STREAMING_PER_USER=50,
+        CHAT_MESSAGES_PER_MINUTE=1000,
+    ).start(migrate=False)
     try:
         client = SiteClient(site.url).signup(f"rp{uuid.uuid4().hex[:6]}")
 
         def reply_to(texts):
             conversations = [client.new_conversation() for _ in texts]
             streams = [client.events(c["id"]) for c in conversations]
-            ids = [client.send(c["id"], t)["assistant_message"]["id"] for c, t in zip(conversations, texts)]
+            ids = [
+                client.send(c["id"], t)["assistant_message"]["id"]
+                for c, t in zip(conversations, texts)
+            ]
             results = [collect_reply(s, i) for s, i in zip(streams, ids)]
             for s in streams:
                 s.close()
@@ -173,7 +192,9 @@ def test_a_stream_opened_just_before_sending_misses_nothing(two_sites):
         conversation = on_a.new_conversation()
         stream = on_b.events(conversation["id"])  # returns once stream-open is on the wire
         try:
-            reply_id = on_a.send(conversation["id"], f"quick {attempt} reply")["assistant_message"]["id"]
+            reply_id = on_a.send(conversation["id"], f"quick {attempt} reply")["assistant_message"][
+                "id"
+            ]
             kinds, tokens = [], []
             for event in stream:
                 if event.json.get("message_id") != reply_id:
@@ -193,11 +214,18 @@ def test_a_stream_opened_just_before_sending_misses_nothing(two_sites):
         assert "".join(t["text"] for t in tokens) == f"quick {attempt} reply"
 
 
-def test_the_browser_resumes_on_another_process_after_its_own_dies(two_sites, live_dir, postgres_url, redis_url, replicas):
+def test_the_browser_resumes_on_another_process_after_its_own_dies(
+    two_sites, live_dir, postgres_url, redis_url, replicas
+):
     site_a, site_b = two_sites
-    site_c = SiteServer(live_dir, live_dir / "scaled-c", DATABASE_URL=postgres_url, REDIS_URL=redis_url,
-                        DJANGO_SECRET_KEY=SECRET, INFERENCE_URLS=",".join(r.url for r in replicas)
-                        ).start(migrate=False)
+    site_c = SiteServer(
+        live_dir,
+        live_dir / "scaled-c",
+        DATABASE_URL=postgres_url,
+        REDIS_URL=redis_url,
+        DJANGO_SECRET_KEY=SECRET,
+        INFERENCE_URLS=",".join(r.url for r in replicas),
+    ).start(migrate=False)
     try:
         on_a = SiteClient(site_a.url).signup(f"rc{uuid.uuid4().hex[:6]}")
         on_b, on_c = as_user_on(site_b, on_a), as_user_on(site_c, on_a)

@@ -10,7 +10,9 @@ import sys
 import pytest
 from django.core.cache import cache
 from django.test import Client
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from chat.validation import InvalidInput, clean_number, message_content, parse_json_object
 from tests.support.factories import create_user
@@ -66,8 +68,13 @@ def test_pages_need_sign_in():
 
 def production_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "PYTEST"))}
-    env.update(DJANGO_SECRET_KEY="x7!" + "k" * 60 + "Zq9#", DJANGO_HTTPS="1", DJANGO_DEBUG="0",
-               DJANGO_ALLOWED_HOSTS="chat.example.com", DJANGO_SETTINGS_MODULE="tokenstream_site.settings")
+    env.update(
+        DJANGO_SECRET_KEY="x7!" + "k" * 60 + "Zq9#",
+        DJANGO_HTTPS="1",
+        DJANGO_DEBUG="0",
+        DJANGO_ALLOWED_HOSTS="chat.example.com",
+        DJANGO_SETTINGS_MODULE="tokenstream_site.settings",
+    )
     env.update(extra)
     return env
 
@@ -75,17 +82,27 @@ def production_env(**extra) -> dict:
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)), capture_output=True, text=True,
+        cwd=ROOT,
+        env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_production_cookies_are_secure_httponly_and_samesite(tmp_path):
-    code = ("import django; django.setup(); from django.conf import settings as s; import json; "
-            "print(json.dumps([s.SESSION_COOKIE_SECURE, s.SESSION_COOKIE_HTTPONLY, "
-            "s.SESSION_COOKIE_SAMESITE, s.CSRF_COOKIE_SECURE]))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                            env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)))
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; import json; "
+        "print(json.dumps([s.SESSION_COOKIE_SECURE, s.SESSION_COOKIE_HTTPONLY, "
+        "s.SESSION_COOKIE_SAMESITE, s.CSRF_COOKIE_SECURE]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path)),
+    )
     assert json.loads(result.stdout) == [True, True, "Lax", True], result.stderr
 
 
@@ -105,8 +122,16 @@ def test_valid_message_text_is_accepted_unchanged(text):
     assert message_content(parse_json_object(body)) == text
 
 
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.booleans(),
-                 st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=2)))
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(),
+        st.booleans(),
+        st.text(max_size=5),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    )
+)
 @hsettings(max_examples=300, deadline=None)
 def test_numbers_are_accepted_only_when_finite_and_in_range(value):
     try:
@@ -117,17 +142,26 @@ def test_numbers_are_accepted_only_when_finite_and_in_range(value):
 
 
 def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path):
-    code = ("import django; django.setup(); from django.conf import settings as s; "
-            "print(s.CACHES['default']['BACKEND'])")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                            env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path),
-                                               REDIS_URL="redis://127.0.0.1:6379/0"))
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.CACHES['default']['BACKEND'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), REDIS_URL="redis://127.0.0.1:6379/0"),
+    )
     assert result.stdout.strip() == "django.core.cache.backends.redis.RedisCache", result.stderr
 
 
 def signup(client: Client, name: str, address: str):
-    return client.post("/accounts/signup/", {"username": name, "password1": PASSWORD,
-                                             "password2": PASSWORD}, REMOTE_ADDR=address)
+    return client.post(
+        "/accounts/signup/",
+        {"username": name, "password1": PASSWORD, "password2": PASSWORD},
+        REMOTE_ADDR=address,
+    )
 
 
 @pytest.mark.django_db
@@ -143,8 +177,11 @@ def test_sign_ups_from_one_address_are_limited_per_hour(settings):
 def test_a_refused_sign_up_form_does_not_use_up_the_allowance(settings):
     settings.SIGNUPS_PER_HOUR = 2
     for _ in range(4):
-        Client().post("/accounts/signup/", {"username": "x", "password1": "a", "password2": "b"},
-                      REMOTE_ADDR="192.0.2.1")
+        Client().post(
+            "/accounts/signup/",
+            {"username": "x", "password1": "a", "password2": "b"},
+            REMOTE_ADDR="192.0.2.1",
+        )
     assert signup(Client(), "fine", "192.0.2.1").status_code == 302
 
 
@@ -172,8 +209,14 @@ def test_the_generated_secret_key_is_private_from_the_moment_it_exists(tmp_path,
 def run_migrate(var_dir, umask=0o022):
     env = production_env(TOKENSTREAM_VAR_DIR=str(var_dir), DJANGO_SECRET_KEY="")
     env.pop("DJANGO_SECRET_KEY")
-    result = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, preexec_fn=lambda: os.umask(umask))
+    result = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(umask),
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -197,8 +240,13 @@ def test_an_existing_world_readable_var_dir_is_made_private(tmp_path):
 
 
 def manage_check(tmp_path, **env):
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, capture_output=True,
-                          text=True, env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), **env))
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), **env),
+    )
 
 
 def test_production_refuses_to_start_with_the_shipped_placeholder_secrets(tmp_path):

@@ -24,10 +24,17 @@ def api(owner):
 @pytest.fixture
 def chat(owner):
     create_conversation(owner=owner, title="My other secret chat")
-    conversation = create_conversation(owner=owner, title="Shared chat", system_prompt="hidden instructions")
+    conversation = create_conversation(
+        owner=owner, title="Shared chat", system_prompt="hidden instructions"
+    )
     question = create_message(conversation, content="What is **2+2**?")
-    create_message(conversation, role="assistant", content="It is <b>4</b>.", reply_to=question,
-                   status="complete")
+    create_message(
+        conversation,
+        role="assistant",
+        content="It is <b>4</b>.",
+        reply_to=question,
+        status="complete",
+    )
     return conversation
 
 
@@ -105,8 +112,9 @@ def test_nothing_to_share_yet_is_400_and_a_streaming_reply_409(api, owner):
     assert not ShareLink.objects.exists()
 
 
-@pytest.mark.parametrize("body", ['{"show_owner": "yes"}', '{"show_owner": 1}', '{"public": true}',
-                                  "nope", "[true]"])
+@pytest.mark.parametrize(
+    "body", ['{"show_owner": "yes"}', '{"show_owner": 1}', '{"public": true}', "nope", "[true]"]
+)
 def test_bad_share_bodies_are_400_and_store_nothing(api, chat, body):
     response = call(api, "post", f"/api/conversations/{chat.id}/share/", raw=body)
     assert response.status_code == 400 and response.json()["error"]["message"]

@@ -35,8 +35,12 @@ def clock(monkeypatch):
 
 
 def sign_in(client: Client, username: str, password: str, address: str = "10.0.0.1", **headers):
-    return client.post("/accounts/login/", {"username": username, "password": password},
-                       REMOTE_ADDR=address, **headers)
+    return client.post(
+        "/accounts/login/",
+        {"username": username, "password": password},
+        REMOTE_ADDR=address,
+        **headers,
+    )
 
 
 def trusted_browser(username: str, address: str = "10.0.0.1") -> Client:
@@ -109,7 +113,9 @@ def test_failures_on_many_names_from_one_address_spare_trusted_browsers_behind_i
 
 
 @pytest.mark.django_db
-def test_failures_on_one_name_from_many_addresses_are_limited_but_spare_its_trusted_browser(settings):
+def test_failures_on_one_name_from_many_addresses_are_limited_but_spare_its_trusted_browser(
+    settings,
+):
     settings.LOGIN_MAX_FAILURES_PER_ACCOUNT = 10
     create_user("bob")
     bobs_browser = trusted_browser("bob", "192.0.2.1")
@@ -150,8 +156,12 @@ def test_the_admin_sign_in_form_has_the_same_brake(settings):
     create_user("root", is_staff=True)
     client = Client()
     for _ in range(3):
-        client.post("/admin/login/", {"username": "root", "password": "wrong"}, REMOTE_ADDR="192.0.2.1")
-    blocked = client.post("/admin/login/", {"username": "root", "password": PASSWORD}, REMOTE_ADDR="192.0.2.1")
+        client.post(
+            "/admin/login/", {"username": "root", "password": "wrong"}, REMOTE_ADDR="192.0.2.1"
+        )
+    blocked = client.post(
+        "/admin/login/", {"username": "root", "password": PASSWORD}, REMOTE_ADDR="192.0.2.1"
+    )
     assert blocked.status_code == 429
     assert "_auth_user_id" not in client.session
 
@@ -161,11 +171,25 @@ def test_behind_a_trusted_proxy_each_client_is_counted_by_the_address_the_proxy_
     settings.LOGIN_MAX_FAILURES, settings.TRUSTED_PROXIES = 3, ["127.0.0.1/32"]
     create_user("bob")
     for number in range(6):  # a guesser who also writes his own X-Forwarded-For
-        sign_in(Client(), "bob", "wrong", "127.0.0.1", HTTP_X_FORWARDED_FOR=f"10.9.9.{number}, 203.0.113.9")
-    assert sign_in(Client(), "bob", PASSWORD, "127.0.0.1",
-                   HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 429
-    assert sign_in(Client(), "bob", PASSWORD, "127.0.0.1",
-                   HTTP_X_FORWARDED_FOR="198.51.100.7").status_code == 302
+        sign_in(
+            Client(),
+            "bob",
+            "wrong",
+            "127.0.0.1",
+            HTTP_X_FORWARDED_FOR=f"10.9.9.{number}, 203.0.113.9",
+        )
+    assert (
+        sign_in(
+            Client(), "bob", PASSWORD, "127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.9"
+        ).status_code
+        == 429
+    )
+    assert (
+        sign_in(
+            Client(), "bob", PASSWORD, "127.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.7"
+        ).status_code
+        == 302
+    )
 
 
 @pytest.mark.parametrize(
@@ -191,5 +215,9 @@ def test_client_address_believes_only_trusted_proxies_and_their_right_most_hops(
 
 
 def test_ipv6_clients_are_counted_per_64_block():
-    assert client_key("2001:db8:1:2:aaaa::1") == client_key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
+    assert (
+        client_key("2001:db8:1:2:aaaa::1")
+        == client_key("2001:db8:1:2:bbbb::9")
+        == "2001:db8:1:2::/64"
+    )
     assert client_key("192.0.2.1") == "192.0.2.1"

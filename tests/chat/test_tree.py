@@ -10,8 +10,15 @@ def tree_of(*edges):
 
 
 # q1 a1 q2 a2 ; a2' regenerated beside a2 ; q1' edited beside q1 with its reply b1
-SAMPLE = tree_of(("q1", None), ("a1", "q1"), ("q2", "a1"), ("a2", "q2"), ("a2'", "q2"),
-                 ("q1'", None), ("b1", "q1'"))
+SAMPLE = tree_of(
+    ("q1", None),
+    ("a1", "q1"),
+    ("q2", "a1"),
+    ("a2", "q2"),
+    ("a2'", "q2"),
+    ("q1'", None),
+    ("b1", "q1'"),
+)
 
 
 def test_paths_and_siblings():

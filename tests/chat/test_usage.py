@@ -38,7 +38,9 @@ async def relay_reply(conversation, content: str, *, stop_after: int | None = No
     """Send as the API does and wait for the reply's relay to end (Stop after some tokens)."""
     relay_manager.ensure_started()
     try:
-        sent = await sync_to_async(services.message_send)(conversation=conversation, content=content)
+        sent = await sync_to_async(services.message_send)(
+            conversation=conversation, content=content
+        )
         reply = sent.assistant_message
         while reply.id not in relay_manager.relays:
             await asyncio.sleep(0.01)
@@ -67,7 +69,11 @@ class TestAccounting:
         conversation = create_conversation()
         reply = asyncio.run(relay_reply(conversation, "one two three four"))
         [row] = rows(conversation.owner)
-        assert (row["day"], row["model"], row["source"]) == (timezone.localdate(), "fake-echo", "page")
+        assert (row["day"], row["model"], row["source"]) == (
+            timezone.localdate(),
+            "fake-echo",
+            "page",
+        )
         assert (row["prompt_tokens"], row["completion_tokens"]) == (reply.prompt_tokens, 4)
         assert (row["replies"], row["failures"], row["cancellations"]) == (1, 0, 0)
         assert row["ttft_count"] == 1 and sum(row[f] for f in usage.TTFT_BUCKET_FIELDS) == 1
@@ -98,7 +104,12 @@ class TestAccounting:
         reply = asyncio.run(relay_reply(conversation, "hello"))
         [row] = rows(conversation.owner)
         assert reply.status == "failed"
-        assert (row["replies"], row["failures"], row["prompt_tokens"], row["completion_tokens"]) == (1, 1, 0, 0)
+        assert (
+            row["replies"],
+            row["failures"],
+            row["prompt_tokens"],
+            row["completion_tokens"],
+        ) == (1, 1, 0, 0)
         assert row["ttft_count"] == 0
 
     def test_without_the_servers_usage_tokens_are_counted_by_the_site(self, settings):
@@ -122,25 +133,44 @@ class TestRecording:
         reply = create_message(role="assistant", content="", status="streaming")
         user = reply.conversation.owner
         fields = {"status": "complete", "content": "hi", "completion_tokens": 1, "prompt_tokens": 5}
-        entry = ReplyUsage(user_id=user.id, source="page", model="m", status="complete",
-                           prompt_tokens=5, completion_tokens=1)
+        entry = ReplyUsage(
+            user_id=user.id,
+            source="page",
+            model="m",
+            status="complete",
+            prompt_tokens=5,
+            completion_tokens=1,
+        )
         saving.reply_finish(message_id=reply.id, fields=fields, usage=entry)
         saving.reply_finish(message_id=reply.id, fields=fields, usage=entry)
         assert [(r["replies"], r["prompt_tokens"]) for r in rows(user)] == [(1, 5)]
 
     def test_a_reply_whose_conversation_was_deleted_still_counts(self):
         user = create_user()
-        entry = ReplyUsage(user_id=user.id, source="api", model="m", status="cancelled",
-                           completion_tokens=7)
-        saving.reply_finish(message_id="00000000-0000-0000-0000-000000000000", fields={}, usage=entry)
-        assert [(r["source"], r["cancellations"], r["completion_tokens"]) for r in rows(user)] == [("api", 1, 7)]
+        entry = ReplyUsage(
+            user_id=user.id, source="api", model="m", status="cancelled", completion_tokens=7
+        )
+        saving.reply_finish(
+            message_id="00000000-0000-0000-0000-000000000000", fields={}, usage=entry
+        )
+        assert [(r["source"], r["cancellations"], r["completion_tokens"]) for r in rows(user)] == [
+            ("api", 1, 7)
+        ]
 
     def test_the_sweeper_counts_an_interrupted_reply_from_its_saved_text(self):
         conversation = create_conversation()
         question = create_message(conversation, content="tell me a story please")
-        reply = create_message(conversation, content="x" * 30, role="assistant", status="streaming",
-                               reply_to=question, model="m")
-        Message.objects.filter(pk=reply.pk).update(updated_at=timezone.now() - datetime.timedelta(minutes=5))
+        reply = create_message(
+            conversation,
+            content="x" * 30,
+            role="assistant",
+            status="streaming",
+            reply_to=question,
+            model="m",
+        )
+        Message.objects.filter(pk=reply.pk).update(
+            updated_at=timezone.now() - datetime.timedelta(minutes=5)
+        )
         saving.replies_interrupt_orphans(stale_after=15, exclude=set())
         [row] = rows(conversation.owner)
         assert (row["failures"], row["completion_tokens"]) == (1, 10)
@@ -149,9 +179,17 @@ class TestRecording:
     def test_ttft_and_decode_speed_are_kept_as_sums_and_a_histogram(self):
         user = create_user()
         for ttft in (40, 120, 120, 900):
-            usage_record(usage=ReplyUsage(user_id=user.id, source="page", model="m",
-                                          status="complete", completion_tokens=11,
-                                          ttft_ms=ttft, duration_ms=ttft + 1000))
+            usage_record(
+                usage=ReplyUsage(
+                    user_id=user.id,
+                    source="page",
+                    model="m",
+                    status="complete",
+                    completion_tokens=11,
+                    ttft_ms=ttft,
+                    duration_ms=ttft + 1000,
+                )
+            )
         [row] = rows(user)
         assert (row["ttft_count"], row["ttft_ms_total"]) == (4, 1180)
         assert (row["ttft_le_50"], row["ttft_le_200"], row["ttft_le_1000"]) == (1, 2, 1)
@@ -175,15 +213,26 @@ def api(user):
 
 def used(user, tokens: int, *, days_ago: int = 0) -> None:
     day = timezone.localdate() - datetime.timedelta(days=days_ago)
-    usage_record(usage=ReplyUsage(user_id=user.id, source="page", model="m", status="complete",
-                                  prompt_tokens=tokens // 2, completion_tokens=tokens - tokens // 2),
-                 day=day)
+    usage_record(
+        usage=ReplyUsage(
+            user_id=user.id,
+            source="page",
+            model="m",
+            status="complete",
+            prompt_tokens=tokens // 2,
+            completion_tokens=tokens - tokens // 2,
+        ),
+        day=day,
+    )
 
 
 def send(api, user):
     conversation = create_conversation(owner=user)
-    return api.post(f"/api/conversations/{conversation.id}/messages/",
-                    data=json.dumps({"content": "hello"}), content_type="application/json")
+    return api.post(
+        f"/api/conversations/{conversation.id}/messages/",
+        data=json.dumps({"content": "hello"}),
+        content_type="application/json",
+    )
 
 
 @pytest.mark.django_db
@@ -258,13 +307,22 @@ class TestUsageEndpoint:
         if timezone.localdate().day > 1:
             used(user, 400, days_ago=1)
         data = api.get("/api/usage/").json()
-        assert data["today"] == {"prompt_tokens": 50, "completion_tokens": 50,
-                                 "total_tokens": 100, "replies": 2}
+        assert data["today"] == {
+            "prompt_tokens": 50,
+            "completion_tokens": 50,
+            "total_tokens": 100,
+            "replies": 2,
+        }
         month_total = 500 if timezone.localdate().day > 1 else 100
         assert data["month"]["total_tokens"] == month_total
         daily = data["quota"]["daily"]
         tomorrow = timezone.localdate() + datetime.timedelta(days=1)
-        assert (daily["limit"], daily["used"], daily["remaining"], daily["set_by"]) == (1000, 100, 900, "site")
+        assert (daily["limit"], daily["used"], daily["remaining"], daily["set_by"]) == (
+            1000,
+            100,
+            900,
+            "site",
+        )
         assert daily["resets_at"] == f"{tomorrow:%Y-%m-%d}T00:00:00+00:00"
         monthly = data["quota"]["monthly"]
         assert (monthly["limit"], monthly["remaining"]) == (None, None)
@@ -279,6 +337,6 @@ class TestUsageEndpoint:
 
 
 def test_resets_at_the_turn_of_a_year():
-    now = datetime.datetime(2026, 12, 31, 22, 0, tzinfo=datetime.timezone.utc)
-    assert usage.resets_at("monthly", now) == datetime.datetime(2027, 1, 1, tzinfo=datetime.timezone.utc)
-    assert usage.resets_at("daily", now) == datetime.datetime(2027, 1, 1, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 12, 31, 22, 0, tzinfo=datetime.UTC)
+    assert usage.resets_at("monthly", now) == datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC)
+    assert usage.resets_at("daily", now) == datetime.datetime(2027, 1, 1, tzinfo=datetime.UTC)

@@ -30,12 +30,29 @@ def admin_client(staff):
     return client
 
 
-def record(user, *, days_ago=0, model="m1", source="page", status="complete", prompt=10,
-           completion=20, ttft=300, duration=2300):
+def record(
+    user,
+    *,
+    days_ago=0,
+    model="m1",
+    source="page",
+    status="complete",
+    prompt=10,
+    completion=20,
+    ttft=300,
+    duration=2300,
+):
     usage_record(
-        usage=ReplyUsage(user_id=user.id, source=source, model=model, status=status,
-                         prompt_tokens=prompt, completion_tokens=completion, ttft_ms=ttft,
-                         duration_ms=duration),
+        usage=ReplyUsage(
+            user_id=user.id,
+            source=source,
+            model=model,
+            status=status,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            ttft_ms=ttft,
+            duration_ms=duration,
+        ),
         day=timezone.localdate() - datetime.timedelta(days=days_ago),
     )
 
@@ -89,9 +106,18 @@ def test_the_dashboard_shows_the_figures(admin_client, history, django_assert_ma
         response = admin_client.get("/admin/usage/")
     assert response.status_code == 200
     html = response.content.decode()
-    for expected in ('id="chart-tokens"', 'id="chart-replies"', 'id="usage-users"',
-                     'id="usage-models"', 'id="usage-servers"', "alice", "bob", "m2",
-                     "Download CSV", "1,908"):
+    for expected in (
+        'id="chart-tokens"',
+        'id="chart-replies"',
+        'id="usage-users"',
+        'id="usage-models"',
+        'id="usage-servers"',
+        "alice",
+        "bob",
+        "m2",
+        "Download CSV",
+        "1,908",
+    ):
         assert expected in html, expected
 
 
@@ -108,8 +134,9 @@ def test_the_csv_has_the_same_figures(admin_client, history):
     assert (bob["prompt_tokens"], bob["cancellations"]) == ("505", "1")
 
 
-def test_servers_show_ready_queue_and_running_from_their_metrics(admin_client, settings,
-                                                                 running_inference):
+def test_servers_show_ready_queue_and_running_from_their_metrics(
+    admin_client, settings, running_inference
+):
     down = "http://127.0.0.1:9"
     settings.INFERENCE_URLS = [running_inference.url, down]
     servers = admin_client.get("/admin/usage/servers.json").json()["servers"]
@@ -124,7 +151,9 @@ def test_quota_overrides_are_edited_on_the_user_and_the_group(admin_client):
     page = admin_client.get(f"/admin/auth/user/{user.id}/change/").content.decode()
     assert "token quota override" in page.lower() and "API keys" in page
     group = Group.objects.create(name="team")
-    assert "token_quota" in admin_client.get(f"/admin/auth/group/{group.id}/change/").content.decode()
+    assert (
+        "token_quota" in admin_client.get(f"/admin/auth/group/{group.id}/change/").content.decode()
+    )
     TokenQuota.objects.create(group=group, daily_tokens=100)
     assert admin_client.get("/admin/chat/tokenquota/").status_code == 200
 
@@ -133,8 +162,13 @@ def test_staff_can_revoke_a_key_but_never_see_its_secret(admin_client):
     key, secret = keys.api_key_create(user=create_user("dave"), name="ci")
     listing = admin_client.get("/admin/chat/apikey/").content.decode()
     assert key.prefix in listing and secret not in listing
-    assert key.key_hash not in admin_client.get(f"/admin/chat/apikey/{key.id}/change/").content.decode()
-    admin_client.post("/admin/chat/apikey/", {"action": "revoke", "_selected_action": [str(key.id)]})
+    assert (
+        key.key_hash
+        not in admin_client.get(f"/admin/chat/apikey/{key.id}/change/").content.decode()
+    )
+    admin_client.post(
+        "/admin/chat/apikey/", {"action": "revoke", "_selected_action": [str(key.id)]}
+    )
     assert ApiKey.objects.get(pk=key.id).revoked_at is not None
 
 

@@ -38,9 +38,15 @@ def postgres_url():
 @pytest.fixture(scope="module")
 def pg_site(live_dir, postgres_url):
     inference = InferenceServer(live_dir, engine="fake", FAKE_TOKENS_PER_SECOND=10).start()
-    site = SiteServer(live_dir, live_dir / "race-site", DATABASE_URL=postgres_url,
-                      INFERENCE_URLS=inference.url, CHAT_MAX_STREAMING_PER_USER=STREAMS,
-                      CHAT_MESSAGES_PER_MINUTE=1000, DATABASE_POOL_SIZE=40).start()
+    site = SiteServer(
+        live_dir,
+        live_dir / "race-site",
+        DATABASE_URL=postgres_url,
+        INFERENCE_URLS=inference.url,
+        CHAT_MAX_STREAMING_PER_USER=STREAMS,
+        CHAT_MESSAGES_PER_MINUTE=1000,
+        DATABASE_POOL_SIZE=40,
+    ).start()
     yield site
     site.stop()
     inference.stop()
@@ -75,16 +81,23 @@ def all_at_once(calls) -> list:
 
 def page_send(site, client, conversation_id):
     other = twin(site, client)
-    return lambda: other.api("POST", f"/api/conversations/{conversation_id}/messages/",
-                             {"content": SLOW}).status_code
+    return lambda: (
+        other.api(
+            "POST", f"/api/conversations/{conversation_id}/messages/", {"content": SLOW}
+        ).status_code
+    )
 
 
 def api_call(site, secret):
     def call():
-        response = httpx.post(f"{site.url}/v1/chat/completions", timeout=60,
-                              headers={"Authorization": f"Bearer {secret}"},
-                              json={"messages": [{"role": "user", "content": SLOW}]})
+        response = httpx.post(
+            f"{site.url}/v1/chat/completions",
+            timeout=60,
+            headers={"Authorization": f"Bearer {secret}"},
+            json={"messages": [{"role": "user", "content": SLOW}]},
+        )
         return response.status_code
+
     return call
 
 
@@ -96,8 +109,9 @@ def streaming_replies(client: SiteClient) -> list[tuple[str, str]]:
     found = []
     for conversation in client.api("GET", "/api/conversations/").json()["conversations"]:
         detail = client.api("GET", f"/api/conversations/{conversation['id']}/").json()
-        found += [(conversation["id"], m["id"]) for m in detail["messages"]
-                  if m["status"] == "streaming"]
+        found += [
+            (conversation["id"], m["id"]) for m in detail["messages"] if m["status"] == "streaming"
+        ]
     return found
 
 
@@ -158,12 +172,19 @@ def test_below_the_quota_sends_at_once_overshoot_by_at_most_the_running_replies(
     # Each running reply finished (never cut); together they went past the quota…
     assert today_total(client) > used + 1
     # …and from then on nothing more is accepted.
-    refused = client.api("POST", f"/api/conversations/{conversations[0]}/messages/", {"content": "x"})
+    refused = client.api(
+        "POST", f"/api/conversations/{conversations[0]}/messages/", {"content": "x"}
+    )
     assert refused.status_code == 429 and "daily quota" in refused.json()["error"]["message"]
 
 
 def set_daily_quota(site: SiteServer, username: str, tokens: int) -> None:
-    site.manage("shell", "-c", (
-        "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
-        f"u = get_user_model().objects.get(username={username!r}); "
-        f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {tokens}}})"))
+    site.manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
+            f"u = get_user_model().objects.get(username={username!r}); "
+            f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {tokens}}})"
+        ),
+    )

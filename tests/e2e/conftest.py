@@ -82,7 +82,10 @@ def open_page(browser, page_errors):
         contexts.append(context)
         if client is not None:
             context.add_cookies(
-                [{"name": c.name, "value": c.value, "url": site_url} for c in client.http.cookies.jar]
+                [
+                    {"name": c.name, "value": c.value, "url": site_url}
+                    for c in client.http.cookies.jar
+                ]
             )
         page = context.new_page()
         page_errors.watch(page)
@@ -107,4 +110,3 @@ def chat_page(open_page, live_site, make_site_user):
 def screenshot_dir() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
-

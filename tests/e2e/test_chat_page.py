@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.live]
 PASSWORD = "a-Long-pass-phrase-9"
 
 
-
 def test_sign_in(open_page, live_site):
     name = unique_name("signin")
     SiteClient(live_site.url).signup(name, PASSWORD)
@@ -215,7 +214,11 @@ def test_settings_regenerate_and_edit(chat_page):
     page.click("#settings-save")
     page.wait_for_selector("#settings-status:text('Saved.')")
     saved = client.api("GET", f"/api/conversations/{conv_id}/").json()
-    assert (saved["system_prompt"], saved["temperature"], saved["max_tokens"]) == ("Be brief.", 0.3, 2)
+    assert (saved["system_prompt"], saved["temperature"], saved["max_tokens"]) == (
+        "Be brief.",
+        0.3,
+        2,
+    )
     page.click("#settings-cancel")
     # Regenerate with max_tokens=2: the new reply replaces the old one.
     page.locator(".msg-assistant .action.regenerate").last.click()
@@ -259,7 +262,9 @@ def test_too_deeply_nested_markdown_is_shown_as_text(chat_page):
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, screenshot_dir, scheme):
+def test_layouts_and_no_sideways_scroll(
+    open_page, live_site, make_site_user, screenshot_dir, scheme
+):
     client = make_site_user()
     conv = client.new_conversation(title="Layout check")
     long_word = "x" * 300
@@ -271,7 +276,9 @@ def test_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, sc
     )
     for name, viewport in (("desktop", (1280, 800)), ("phone", (390, 844))):
         page = open_page(
-            live_site.url, client, viewport={"width": viewport[0], "height": viewport[1]},
+            live_site.url,
+            client,
+            viewport={"width": viewport[0], "height": viewport[1]},
             color_scheme=scheme,
         )
         page.goto(f"/c/{conv['id']}/")
@@ -309,10 +316,18 @@ def test_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, sc
 def test_api_error_is_shown(chat_page, page_errors):
     page, client = chat_page
     page_errors.allow(r"status of 503")
-    page.route("**/api/conversations/", lambda route: route.fulfill(
-        status=503, content_type="application/json",
-        body='{"error": {"message": "The model server is overloaded, try again.", "status": 503}}',
-    ) if route.request.method == "POST" else route.continue_())
+    page.route(
+        "**/api/conversations/",
+        lambda route: (
+            route.fulfill(
+                status=503,
+                content_type="application/json",
+                body='{"error": {"message": "The model server is overloaded, try again.", "status": 503}}',
+            )
+            if route.request.method == "POST"
+            else route.continue_()
+        ),
+    )
     send(page, "hello")
     notice = page.locator("#notice")
     notice.wait_for(state="visible")
@@ -322,15 +337,16 @@ def test_api_error_is_shown(chat_page, page_errors):
     assert page.locator(".msg-user").count() == 0
 
 
-
 def test_autoscroll_follows_but_lets_the_user_scroll_up(chat_page):
     page, client = chat_page
     page.set_viewport_size({"width": 1000, "height": 600})
     text = "\n\n".join(words(4, f"p{i}x") for i in range(60))  # 240 tokens, 60 paragraphs
     send(page, text)
     wait_reply_words(page, 60)
-    at_bottom = "() => { const s = document.querySelector('#messages-scroll');" \
+    at_bottom = (
+        "() => { const s = document.querySelector('#messages-scroll');"
         " return s.scrollHeight - s.scrollTop - s.clientHeight < 30 }"
+    )
     assert page.evaluate(at_bottom), "the stream is not followed"
     page.mouse.move(500, 300)
     page.mouse.wheel(0, -400)

@@ -22,13 +22,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.live]
 PASSWORD = "a-Long-pass-phrase-9"
 
 
-
-
 @pytest.fixture
 def flaky_pair(tmp_path):
     """A site with its own slow inference server; a test may kill and restart either."""
     port = free_port()
-    servers = [InferenceServer(tmp_path, engine="fake", port=port, FAKE_TOKENS_PER_SECOND=5).start()]
+    servers = [
+        InferenceServer(tmp_path, engine="fake", port=port, FAKE_TOKENS_PER_SECOND=5).start()
+    ]
     env = dict(
         INFERENCE_URLS=servers[0].url,
         INFERENCE_FIRST_TOKEN_TIMEOUT=10,
@@ -43,7 +43,9 @@ def flaky_pair(tmp_path):
         )
 
     def restart_site():
-        sites.append(SiteServer(tmp_path, tmp_path / "var", port=sites[0].port, **env).start(migrate=False))
+        sites.append(
+            SiteServer(tmp_path, tmp_path / "var", port=sites[0].port, **env).start(migrate=False)
+        )
 
     yield sites, servers, restart_inference, restart_site
     for process in sites + servers:

@@ -41,7 +41,9 @@ def bubbles(page) -> list[str]:
 
 def wait_replies(page, count: int) -> None:
     """A sent message's reply is on the page (before it, the last reply is the previous one)."""
-    page.wait_for_function("n => document.querySelectorAll('.msg-assistant').length === n", arg=count)
+    page.wait_for_function(
+        "n => document.querySelectorAll('.msg-assistant').length === n", arg=count
+    )
 
 
 def first_nav(page):
@@ -89,7 +91,10 @@ def test_edit_the_first_question_flip_between_branches_and_reload_mid_reply(
     first_nav(page).locator(".prev").click()
     page.wait_for_function("() => document.querySelectorAll('.msg-assistant').length === 3")
     assert [norm(t) for t in page.locator(".msg-assistant .msg-body").all_inner_texts()] == [
-        "first question", "second question", "third question"]
+        "first question",
+        "second question",
+        "third question",
+    ]
 
 
 def test_switching_away_while_a_reply_streams_loses_nothing(open_page, live_site, make_site_user):
@@ -112,7 +117,8 @@ def test_switching_away_while_a_reply_streams_loses_nothing(open_page, live_site
     nav.locator(".prev").click()
     page.wait_for_function(
         "() => { const n = [...document.querySelectorAll('.msg-assistant .branch-count')].pop();"
-        " return n && n.textContent === '1/2' }")
+        " return n && n.textContent === '1/2' }"
+    )
     assert page.locator("#stop").is_visible()  # still being written, off the page
     time.sleep(2)
     page.locator(".msg-assistant").last.locator(".branch-nav .next").click()
@@ -126,15 +132,22 @@ def test_switching_away_while_a_reply_streams_loses_nothing(open_page, live_site
     page.locator("#prompt").focus()
     page.keyboard.press("Escape")
     wait_reply_status(page, "cancelled", timeout=10000)
-    assert client.api("GET", f"/api/conversations/{conv['id']}/").json()["messages"][-1]["status"] == "cancelled"
+    assert (
+        client.api("GET", f"/api/conversations/{conv['id']}/").json()["messages"][-1]["status"]
+        == "cancelled"
+    )
 
 
 def create_preset(site: SiteServer, name: str, system_prompt: str, description: str = "") -> None:
-    site.manage("shell", "-c", (
-        "from chat.models import Preset; "
-        f"Preset.objects.create(name={name!r}, description={description!r}, "
-        f"system_prompt={system_prompt!r}, max_tokens=50)"
-    ))
+    site.manage(
+        "shell",
+        "-c",
+        (
+            "from chat.models import Preset; "
+            f"Preset.objects.create(name={name!r}, description={description!r}, "
+            f"system_prompt={system_prompt!r}, max_tokens=50)"
+        ),
+    )
 
 
 def test_pick_a_preset_and_its_system_prompt_is_used(chat_page, live_site):
@@ -195,9 +208,14 @@ def test_rate_a_reply_and_find_it_in_the_admin(chat_page, live_site, open_page, 
     page.locator(".feedback-form button", has_text="Close").click()
 
     staff = unique_name("staff")
-    live_site.manage("shell", "-c", (
-        "from django.contrib.auth.models import User; "
-        f"User.objects.create_superuser({staff!r}, password='a-Long-pass-phrase-9')"))
+    live_site.manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth.models import User; "
+            f"User.objects.create_superuser({staff!r}, password='a-Long-pass-phrase-9')"
+        ),
+    )
     admin = open_page(live_site.url)
     page_errors.allow(r"status of 404")  # the admin asks for a /favicon.ico the site does not have
     admin.goto("/admin/login/")
@@ -213,8 +231,13 @@ def test_rate_a_reply_and_find_it_in_the_admin(chat_page, live_site, open_page, 
 
 @pytest.fixture(scope="module")
 def public_site(live_dir, fake_inference):
-    site = SiteServer(live_dir, live_dir / "public-site-var", INFERENCE_URLS=fake_inference.url,
-                      TOKENSTREAM_SHARE_PUBLIC=1, CHAT_MESSAGES_PER_MINUTE=1000).start()
+    site = SiteServer(
+        live_dir,
+        live_dir / "public-site-var",
+        INFERENCE_URLS=fake_inference.url,
+        TOKENSTREAM_SHARE_PUBLIC=1,
+        CHAT_MESSAGES_PER_MINUTE=1000,
+    ).start()
     yield site
     site.stop()
 
@@ -278,7 +301,10 @@ def test_open_a_share_link_as_another_user_and_as_an_anonymous_visitor(
 
 def test_math_shortcuts_and_help(chat_page):
     page, client = chat_page
-    send(page, "Euler: $e^{i\\pi}+1=0$ and a sum $$\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}$$ costs $5 or $10.")
+    send(
+        page,
+        "Euler: $e^{i\\pi}+1=0$ and a sum $$\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}$$ costs $5 or $10.",
+    )
     wait_reply_status(page, "complete")
     reply = page.locator(".msg-assistant .msg-body").last
     reply.locator(".math-inline .katex").wait_for()
@@ -305,37 +331,62 @@ def test_math_shortcuts_and_help(chat_page):
     page.wait_for_selector(".msg-assistant .branch-count:text('2/2')")
     page.keyboard.press("Control+Shift+O")
     page.wait_for_url(re.compile(r"/$"))
-    assert page.locator(".msg").count() == 0 and page.locator("#chat-title").inner_text() == "New chat"
+    assert (
+        page.locator(".msg").count() == 0 and page.locator("#chat-title").inner_text() == "New chat"
+    )
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_tools_layouts_and_no_sideways_scroll(open_page, live_site, make_site_user, screenshot_dir, scheme):
+def test_tools_layouts_and_no_sideways_scroll(
+    open_page, live_site, make_site_user, screenshot_dir, scheme
+):
     """Screenshots of what this feature adds, desktop and phone, light and dark (looked at by
     a person); the page never scrolls sideways."""
     client = make_site_user()
     preset = unique_name("Tutor")
-    create_preset(live_site, preset, "Explain step by step", "Patient explanations with worked examples.")
+    create_preset(
+        live_site, preset, "Explain step by step", "Patient explanations with worked examples."
+    )
     presets = client.api("GET", "/api/presets/").json()["presets"]
     conv = client.new_conversation(preset=next(p["id"] for p in presets if p["name"] == preset))
     first = client.send(conv["id"], "What is the integral of x squared?")
     client.wait_settled(conv["id"], first["assistant_message"]["id"])
-    edited = client.api("POST", f"/api/messages/{first['user_message']['id']}/edit/", {
-        "content": "Integrate: $$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$ and inline $e^{i\\pi}+1=0$, "
-                   "code `x**2`, and a " + "long" * 40 + " word."}).json()
+    edited = client.api(
+        "POST",
+        f"/api/messages/{first['user_message']['id']}/edit/",
+        {
+            "content": "Integrate: $$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$ and inline $e^{i\\pi}+1=0$, "
+            "code `x**2`, and a " + "long" * 40 + " word."
+        },
+    ).json()
     reply = client.wait_settled(conv["id"], edited["assistant_message"]["id"])
-    client.api("PUT", f"/api/messages/{reply['id']}/feedback/",
-               {"rating": "up", "comment": "Clear, and the formula renders nicely."})
-    share = client.api("POST", f"/api/conversations/{conv['id']}/share/", {"show_owner": True}).json()
+    client.api(
+        "PUT",
+        f"/api/messages/{reply['id']}/feedback/",
+        {"rating": "up", "comment": "Clear, and the formula renders nicely."},
+    )
+    share = client.api(
+        "POST", f"/api/conversations/{conv['id']}/share/", {"show_owner": True}
+    ).json()
     for name, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):
-        client.api("POST", f"/api/conversations/{conv['id']}/switch/",
-                   {"message_id": edited["user_message"]["id"]})
-        page = open_page(live_site.url, client, viewport={"width": width, "height": height},
-                         color_scheme=scheme)
+        client.api(
+            "POST",
+            f"/api/conversations/{conv['id']}/switch/",
+            {"message_id": edited["user_message"]["id"]},
+        )
+        page = open_page(
+            live_site.url, client, viewport={"width": width, "height": height}, color_scheme=scheme
+        )
         open_conversation(page, conv["id"])
         page.locator(".msg-assistant .katex").first.wait_for()
-        shot = lambda what: page.screenshot(path=str(screenshot_dir / f"tools-{name}-{scheme}-{what}.png"))
+
+        def shot(what, page=page, name=name):
+            page.screenshot(path=str(screenshot_dir / f"tools-{name}-{scheme}-{what}.png"))
+
         shot("branches")
-        sideways = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        sideways = page.evaluate(
+            "() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]"
+        )
         assert sideways[0] <= sideways[1], sideways
         page.click("#share-toggle")
         page.wait_for_selector("#share-dialog[open]")
@@ -360,5 +411,7 @@ def test_tools_layouts_and_no_sideways_scroll(open_page, live_site, make_site_us
         page.wait_for_selector("html[data-ready='1']")
         page.locator(".katex").first.wait_for()
         shot("shared")
-        sideways = page.evaluate("() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]")
+        sideways = page.evaluate(
+            "() => [document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth]"
+        )
         assert sideways[0] <= sideways[1], sideways

@@ -12,8 +12,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.live]
 
 @pytest.fixture
 def paged_site(tmp_path, fake_inference):
-    site = SiteServer(tmp_path, tmp_path / "var", INFERENCE_URLS=fake_inference.url,
-                      CHAT_MESSAGES_PAGE_SIZE=4, CHAT_MESSAGES_PER_MINUTE=1000).start()
+    site = SiteServer(
+        tmp_path,
+        tmp_path / "var",
+        INFERENCE_URLS=fake_inference.url,
+        CHAT_MESSAGES_PAGE_SIZE=4,
+        CHAT_MESSAGES_PER_MINUTE=1000,
+    ).start()
     yield site
     site.stop()
 
@@ -43,4 +48,6 @@ def test_earlier_messages_load_above_as_the_reader_scrolls_up(paged_site, open_p
         page.wait_for_timeout(500)
     page.wait_for_function("() => document.querySelectorAll('.msg').length === 10")
     assert page.locator(".load-earlier").count() == 0
-    assert [text.split("‹")[0].strip() for text in texts(page)] == [f"question{n}" for n in range(5)]
+    assert [text.split("‹")[0].strip() for text in texts(page)] == [
+        f"question{n}" for n in range(5)
+    ]

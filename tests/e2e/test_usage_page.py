@@ -18,7 +18,8 @@ def wait_reply_status(page, status: str, timeout: float = 20000) -> None:
     page.wait_for_function(
         "s => { const m = [...document.querySelectorAll('.msg-assistant')].pop();"
         " return Boolean(m) && m.dataset.status === s }",
-        arg=status, timeout=timeout,
+        arg=status,
+        timeout=timeout,
     )
 
 
@@ -27,9 +28,12 @@ def shell(site, code: str) -> str:
 
 
 def set_daily_quota(site, username: str, tokens: int) -> None:
-    shell(site, "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
-                f"u = get_user_model().objects.get(username={username!r}); "
-                f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {tokens}}})")
+    shell(
+        site,
+        "from django.contrib.auth import get_user_model; from chat.models import TokenQuota; "
+        f"u = get_user_model().objects.get(username={username!r}); "
+        f"TokenQuota.objects.update_or_create(user=u, defaults={{'daily_tokens': {tokens}}})",
+    )
 
 
 def open_settings(page) -> None:
@@ -49,7 +53,9 @@ def test_usage_panel_shows_what_replies_used_and_manages_api_keys(chat_page, scr
     open_settings(page)
     today = page.locator("#usage .usage-row").first
     assert "1 reply" in today.inner_text() and "tokens" in today.inner_text()
-    assert page.locator("#usage .usage-row", has_text="Daily quota").inner_text().endswith("No limit")
+    assert (
+        page.locator("#usage .usage-row", has_text="Daily quota").inner_text().endswith("No limit")
+    )
     assert page.inner_text("#api-base").endswith("/v1")
 
     page.fill("#key-name", "laptop script")
@@ -65,8 +71,11 @@ def test_usage_panel_shows_what_replies_used_and_manages_api_keys(chat_page, scr
     page.set_viewport_size({"width": 1280, "height": 800})
 
     # The key works with /v1, and the call shows up in the usage and in the list.
-    response = client.http.post("/v1/chat/completions", headers={"Authorization": f"Bearer {secret}"},
-                                json={"messages": [{"role": "user", "content": "from a script"}]})
+    response = client.http.post(
+        "/v1/chat/completions",
+        headers={"Authorization": f"Bearer {secret}"},
+        json={"messages": [{"role": "user", "content": "from a script"}]},
+    )
     assert response.status_code == 200, response.text
     page.click("#settings-toggle")  # close: the secret is forgotten
     assert page.locator("#key-secret").is_hidden()
@@ -81,11 +90,15 @@ def test_usage_panel_shows_what_replies_used_and_manages_api_keys(chat_page, scr
     page.reload()
     page.wait_for_selector("html[data-ready='1']")
     page.wait_for_selector("#conv-list .conv-badge")
-    assert page.locator("#conv-list li", has_text="from a script").locator(".conv-badge").inner_text() == "API"
+    assert (
+        page.locator("#conv-list li", has_text="from a script").locator(".conv-badge").inner_text()
+        == "API"
+    )
 
 
-def test_past_a_quota_the_page_says_when_it_resets_where_the_user_typed(chat_page, live_site,
-                                                                        page_errors, screenshot_dir):
+def test_past_a_quota_the_page_says_when_it_resets_where_the_user_typed(
+    chat_page, live_site, page_errors, screenshot_dir
+):
     page, _ = chat_page
     page_errors.allow(r"status of 429")
     send(page, "one two three")
@@ -105,12 +118,16 @@ def test_past_a_quota_the_page_says_when_it_resets_where_the_user_typed(chat_pag
 
 
 def test_the_staff_dashboard_loads_fast_with_figures_charts_and_live_servers(
-        open_page, live_site, make_site_user, screenshot_dir):
+    open_page, live_site, make_site_user, screenshot_dir
+):
     staff = make_site_user()
     name = staff.http.get("/").text.split('data-user="', 1)[1].split('"', 1)[0]
-    shell(live_site, "from django.contrib.auth import get_user_model; "
-                     f"get_user_model().objects.filter(username={name!r}).update(is_staff=True, is_superuser=True); "
-                     "from bench.usage_dashboard import generate; generate(users=12, days=45, prefix='demo')")
+    shell(
+        live_site,
+        "from django.contrib.auth import get_user_model; "
+        f"get_user_model().objects.filter(username={name!r}).update(is_staff=True, is_superuser=True); "
+        "from bench.usage_dashboard import generate; generate(users=12, days=45, prefix='demo')",
+    )
     # The server's answer, once its templates are loaded (bench.usage_dashboard measures it
     # on a year of 200 users); the browser's whole load varies with the machine's load.
     staff.http.get("/admin/usage/")

@@ -68,12 +68,20 @@ def test_health_ready_models_metrics(client: TestClient) -> None:
     assert models["data"][0]["id"] == "fake" and models["data"][0]["context_length"] == 4096
     client.post("/v1/chat/completions", json=_body())
     text = client.get("/metrics").text
-    for name in ("inference_requests_total", "inference_queue_depth", "inference_running_sequences",
-                 "inference_time_to_first_token_seconds_bucket",
-                 "inference_inter_token_latency_seconds_bucket", "inference_generated_tokens_total",
-                 "inference_prefix_cache_hit_rate", "inference_prefix_cache_bytes",
-                 "inference_prefix_cache_capacity_bytes", "inference_prefix_cache_hit_tokens_total",
-                 "inference_prefix_cache_query_tokens_total", "inference_prefix_cache_evicted_blocks_total"):
+    for name in (
+        "inference_requests_total",
+        "inference_queue_depth",
+        "inference_running_sequences",
+        "inference_time_to_first_token_seconds_bucket",
+        "inference_inter_token_latency_seconds_bucket",
+        "inference_generated_tokens_total",
+        "inference_prefix_cache_hit_rate",
+        "inference_prefix_cache_bytes",
+        "inference_prefix_cache_capacity_bytes",
+        "inference_prefix_cache_hit_tokens_total",
+        "inference_prefix_cache_query_tokens_total",
+        "inference_prefix_cache_evicted_blocks_total",
+    ):
         assert name in text
     assert 'inference_requests_total{outcome="ok"} 1.0' in text
     assert "inference_generated_tokens_total 9.0" in text
@@ -131,19 +139,24 @@ def test_stop_strings_never_emitted(client: TestClient) -> None:
     assert text == "The quick brow"
 
 
-@pytest.mark.parametrize("body", [
-    {"messages": []},
-    {"model": "fake"},
-    {"model": "fake", "messages": [{"role": "wizard", "content": "x"}]},
-    {"model": "fake", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
-    {"model": "fake", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": []},
+        {"model": "fake"},
+        {"model": "fake", "messages": [{"role": "wizard", "content": "x"}]},
+        {"model": "fake", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+        {"model": "fake", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+    ],
+)
 def test_bad_body_is_400_not_422(client: TestClient, body: dict[str, Any]) -> None:
     _error(client.post("/v1/chat/completions", json=body), 400)
 
 
 def test_not_json_is_400(client: TestClient) -> None:
-    r = client.post("/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
+    r = client.post(
+        "/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"}
+    )
     _error(r, 400)
 
 
@@ -220,38 +233,90 @@ def test_failure_mid_stream_is_one_error_chunk() -> None:
 
 
 # --- sampling controls: validation and logprobs on the wire --------------------------------
-@pytest.mark.parametrize(("field", "value"), [
-    ("frequency_penalty", 2.5), ("frequency_penalty", -2.01), ("presence_penalty", 3),
-    ("repetition_penalty", 0), ("repetition_penalty", -1.0), ("top_k", -2), ("min_p", 1.5),
-    ("min_p", -0.1), ("top_logprobs", 21), ("top_logprobs", -1), ("temperature", 2.5), ("top_p", 0),
-    ("logit_bias", {"5": 101}), ("logit_bias", {"5": -100.5}), ("logit_bias", {"hello": 1}),
-    ("logprobs", "maybe"),
-])
-def test_out_of_range_sampling_field_is_400_naming_it(client: TestClient, field: str, value: Any) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("frequency_penalty", 2.5),
+        ("frequency_penalty", -2.01),
+        ("presence_penalty", 3),
+        ("repetition_penalty", 0),
+        ("repetition_penalty", -1.0),
+        ("top_k", -2),
+        ("min_p", 1.5),
+        ("min_p", -0.1),
+        ("top_logprobs", 21),
+        ("top_logprobs", -1),
+        ("temperature", 2.5),
+        ("top_p", 0),
+        ("logit_bias", {"5": 101}),
+        ("logit_bias", {"5": -100.5}),
+        ("logit_bias", {"hello": 1}),
+        ("logprobs", "maybe"),
+    ],
+)
+def test_out_of_range_sampling_field_is_400_naming_it(
+    client: TestClient, field: str, value: Any
+) -> None:
     err = _error(client.post("/v1/chat/completions", json=_body(**{field: value})), 400)
     assert err["param"] == field and err["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
-    ("functions", [{"name": "f"}]), ("response_format", {"type": "json_object"}), ("n", 2),
-    ("best_of", 3), ("echo", True), ("suffix", "!"), ("guided_json", {"type": "object"}),
-    ("guided_choice", ["a", "b"]), ("min_tokens", 5), ("use_beam_search", True),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "auto"),
+        ("functions", [{"name": "f"}]),
+        ("response_format", {"type": "json_object"}),
+        ("n", 2),
+        ("best_of", 3),
+        ("echo", True),
+        ("suffix", "!"),
+        ("guided_json", {"type": "object"}),
+        ("guided_choice", ["a", "b"]),
+        ("min_tokens", 5),
+        ("use_beam_search", True),
+    ],
+)
 def test_a_field_that_would_change_the_reply_but_is_not_implemented_is_400(
-        client: TestClient, field: str, value: Any) -> None:
-    err = _error(client.post("/v1/chat/completions", json=_body(**{field: value})), 400, "unsupported_parameter")
+    client: TestClient, field: str, value: Any
+) -> None:
+    err = _error(
+        client.post("/v1/chat/completions", json=_body(**{field: value})),
+        400,
+        "unsupported_parameter",
+    )
     assert err["param"] == field
 
 
-@pytest.mark.parametrize("extra", [
-    {"user": "u1", "metadata": {"a": "b"}, "store": False, "service_tier": "auto"},
-    {"n": 1, "response_format": {"type": "text"}, "tool_choice": "none", "tools": [], "echo": False,
-     "guided_json": None, "parallel_tool_calls": True},
-    {"frequency_penalty": 0.5, "presence_penalty": -0.5, "repetition_penalty": 1.1, "top_k": -1,
-     "min_p": 0.05, "logit_bias": {"3": -100}, "temperature": None, "top_p": None},
-])
-def test_informative_fields_and_neutral_values_pass(client: TestClient, extra: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"user": "u1", "metadata": {"a": "b"}, "store": False, "service_tier": "auto"},
+        {
+            "n": 1,
+            "response_format": {"type": "text"},
+            "tool_choice": "none",
+            "tools": [],
+            "echo": False,
+            "guided_json": None,
+            "parallel_tool_calls": True,
+        },
+        {
+            "frequency_penalty": 0.5,
+            "presence_penalty": -0.5,
+            "repetition_penalty": 1.1,
+            "top_k": -1,
+            "min_p": 0.05,
+            "logit_bias": {"3": -100},
+            "temperature": None,
+            "top_p": None,
+        },
+    ],
+)
+def test_informative_fields_and_neutral_values_pass(
+    client: TestClient, extra: dict[str, Any]
+) -> None:
     r = client.post("/v1/chat/completions", json=_body(**extra))
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == TEXT
@@ -270,16 +335,24 @@ def test_logit_bias_outside_the_vocabulary_is_400() -> None:
     settings = fake_settings()
     with _client(settings, _SmallVocabEngine(settings)) as c:
         _wait_ready(c)
-        err = _error(c.post("/v1/chat/completions", json=_body(logit_bias={"10": 1})), 400, "invalid_value")
+        err = _error(
+            c.post("/v1/chat/completions", json=_body(logit_bias={"10": 1})), 400, "invalid_value"
+        )
         assert err["param"] == "logit_bias"
         assert c.post("/v1/chat/completions", json=_body(logit_bias={"9": 1})).status_code == 200
 
 
 def _assert_logprob_entry(entry: dict[str, Any], word: str, top: int) -> None:
-    assert entry["token"] == word and entry["bytes"] == list(word.encode()) and entry["logprob"] == 0.0
+    assert (
+        entry["token"] == word and entry["bytes"] == list(word.encode()) and entry["logprob"] == 0.0
+    )
     assert len(entry["top_logprobs"]) == top
     if top:
-        assert entry["top_logprobs"][0] == {"token": word, "logprob": 0.0, "bytes": list(word.encode())}
+        assert entry["top_logprobs"][0] == {
+            "token": word,
+            "logprob": 0.0,
+            "bytes": list(word.encode()),
+        }
         # an impossible token: OpenAI's -9999.0, since JSON has no -Infinity
         assert all(t["logprob"] == -9999.0 for t in entry["top_logprobs"][1:])
 
@@ -318,5 +391,9 @@ def test_logprobs_of_tokens_cut_by_a_stop_string_still_come(client: TestClient) 
     assert r["choices"][0]["message"]["content"] == "The quick brown fox"
     assert len(content) == r["usage"]["completion_tokens"] == 6
     data = _stream(client, logprobs=True, stop=[" jumps over"])
-    streamed = [e for d in data[:-1] for e in (json.loads(d)["choices"][0]["logprobs"] or {}).get("content", [])]
+    streamed = [
+        e
+        for d in data[:-1]
+        for e in (json.loads(d)["choices"][0]["logprobs"] or {}).get("content", [])
+    ]
     assert [e["token"] for e in streamed] == [e["token"] for e in content]

@@ -34,18 +34,24 @@ def test_openai_client_consumes_the_stream(live_fake: Any) -> None:
     with live_fake(inference_api_key="k") as server:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0)
         stream = client.chat.completions.create(
-            model="fake", messages=[{"role": "user", "content": TEXT}], stream=True,
+            model="fake",
+            messages=[{"role": "user", "content": TEXT}],
+            stream=True,
             stream_options={"include_usage": True},
         )
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == TEXT
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 10
-        reply = client.chat.completions.create(model="fake", messages=[{"role": "user", "content": TEXT}])
+        reply = client.chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": TEXT}]
+        )
         assert reply.choices[0].message.content == TEXT
         assert [m.id for m in client.models.list()] == ["fake"]
         with pytest.raises(openai.NotFoundError):
-            client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+            client.chat.completions.create(
+                model="nope", messages=[{"role": "user", "content": "x"}]
+            )
 
 
 def test_disconnect_frees_the_slot(live_fake: Any) -> None:
@@ -79,7 +85,10 @@ def test_503_with_retry_after_when_full(live_fake: Any) -> None:
 
 
 def test_concurrent_streams_interleave(live_fake: Any) -> None:
-    with live_fake(fake_tokens_per_second=50) as server, httpx.Client(base_url=server.url, timeout=10) as c:
+    with (
+        live_fake(fake_tokens_per_second=50) as server,
+        httpx.Client(base_url=server.url, timeout=10) as c,
+    ):
         with c.stream("POST", "/v1/chat/completions", json=BODY) as first:
             lines = first.iter_lines()
             next(lines)

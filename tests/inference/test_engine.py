@@ -39,13 +39,20 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.fixture(params=[
-    "fake",
-    pytest.param("transformers", marks=pytest.mark.model),
-    # DEVICE=cuda runs the same code; this machine has no GPU, a machine with one runs these
-    pytest.param("transformers-cuda", marks=[pytest.mark.model, pytest.mark.skipif(
-        not _has_cuda(), reason="no CUDA device on this machine")]),
-])
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("transformers", marks=pytest.mark.model),
+        # DEVICE=cuda runs the same code; this machine has no GPU, a machine with one runs these
+        pytest.param(
+            "transformers-cuda",
+            marks=[
+                pytest.mark.model,
+                pytest.mark.skipif(not _has_cuda(), reason="no CUDA device on this machine"),
+            ],
+        ),
+    ]
+)
 def make_engine(request: pytest.FixtureRequest) -> Any:
     """Factory: `async with make_engine(max_batch=1) as engine:` a started, ready engine."""
 
@@ -133,7 +140,10 @@ async def test_closing_the_iterator_cancels(make_engine: Any) -> None:
 
 async def test_queue_full_when_all_slots_taken(make_engine: Any) -> None:
     async with make_engine(max_batch=1, max_queue=1) as engine:
-        gens = [engine.submit([Message("user", LONG)], _params(max_tokens=500, ignore_eos=True)) for _ in range(2)]
+        gens = [
+            engine.submit([Message("user", LONG)], _params(max_tokens=500, ignore_eos=True))
+            for _ in range(2)
+        ]
         with pytest.raises(QueueFull):
             engine.submit([Message("user", PROMPT)], _params())
         for g in gens:
@@ -160,7 +170,9 @@ async def test_stop_string_ends_with_stop(make_engine: Any) -> None:
         text = "".join(e.text for e in full if isinstance(e, TokenEvent | FinishEvent))
         stop = text[len(text) // 2 : len(text) // 2 + 3]
         assert stop.strip()
-        cut = await _drain(engine.submit([Message("user", PROMPT)], _params(max_tokens=6, stop=(stop,))))
+        cut = await _drain(
+            engine.submit([Message("user", PROMPT)], _params(max_tokens=6, stop=(stop,)))
+        )
         cut_text = "".join(e.text for e in cut if isinstance(e, TokenEvent | FinishEvent))
         assert cut[-1].reason == "stop"
         assert cut_text == text[: text.index(stop)]

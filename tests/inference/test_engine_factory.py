@@ -20,7 +20,11 @@ def test_short_names_and_dotted_paths_name_the_same_class() -> None:
 def test_create_engine_builds_the_class_with_the_settings() -> None:
     settings = fake_settings(engine="inference.fake_engine.FakeEngine", model_name="echo")
     engine = create_engine(settings)
-    assert isinstance(engine, FakeEngine) and engine.settings is settings and engine.model_name == "echo"
+    assert (
+        isinstance(engine, FakeEngine)
+        and engine.settings is settings
+        and engine.model_name == "echo"
+    )
 
 
 @pytest.mark.parametrize("path", ["inference.nowhere.Engine", "inference.settings.Settings"])

@@ -24,8 +24,15 @@ def _generate(loaded: Any, settings: list[dict[str, Any]]) -> list[list[int]]:
     """Runs these requests as one batch, from one prefill to the last decode step."""
     backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
     prompt = encode_chat(loaded.tokenizer, [Message("user", PROMPT)])
-    seqs = [Sequence(prompt, SamplingParams(max_tokens=TOKENS, **knobs),
-                     IncrementalDetokenizer(loaded.tokenizer), asyncio.Queue()) for knobs in settings]
+    seqs = [
+        Sequence(
+            prompt,
+            SamplingParams(max_tokens=TOKENS, **knobs),
+            IncrementalDetokenizer(loaded.tokenizer),
+            asyncio.Queue(),
+        )
+        for knobs in settings
+    ]
     running, step = list(seqs), backend.prefill
     while running:
         for seq, sampled in zip(running, step(running), strict=True):

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from tests.support.inference_app import LiveServer
-
 from tests.support.sse import sse_data
 
 pytestmark = pytest.mark.model
@@ -23,8 +22,9 @@ def _chat(content: str, **kw: Any) -> dict[str, Any]:
 
 
 def _stream_text(server: LiveServer, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body | {"stream": True},
-                      timeout=60) as r:
+    with httpx.stream(
+        "POST", f"{server.url}/v1/chat/completions", json=body | {"stream": True}, timeout=60
+    ) as r:
         assert r.status_code == 200
         data = list(sse_data(r.iter_lines()))
     assert data[-1] == "[DONE]"
@@ -39,8 +39,12 @@ def test_models_lists_the_served_model(live_model: LiveServer) -> None:
 
 
 def test_capital_of_france_wire_format(live_model: LiveServer) -> None:
-    body = _chat("What is the capital of France?", temperature=0, max_tokens=12,
-                 stream_options={"include_usage": True})
+    body = _chat(
+        "What is the capital of France?",
+        temperature=0,
+        max_tokens=12,
+        stream_options={"include_usage": True},
+    )
     text, chunks = _stream_text(live_model, body)
     assert "Paris" in text and "\ufffd" not in text
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -53,8 +57,10 @@ def test_capital_of_france_wire_format(live_model: LiveServer) -> None:
 
 def test_temperature_zero_is_deterministic(live_model: LiveServer) -> None:
     body = _chat("Name three colors.", temperature=0, max_tokens=10)
-    runs = [httpx.post(f"{live_model.url}/v1/chat/completions", json=body, timeout=60).json()
-            for _ in range(2)]
+    runs = [
+        httpx.post(f"{live_model.url}/v1/chat/completions", json=body, timeout=60).json()
+        for _ in range(2)
+    ]
     assert runs[0]["choices"][0]["message"] == runs[1]["choices"][0]["message"]
     assert runs[0]["choices"][0]["finish_reason"] in ("stop", "length")
 
@@ -66,8 +72,11 @@ def test_seed_is_honoured(live_model: LiveServer) -> None:
 
 
 def test_max_tokens_gives_length(live_model: LiveServer) -> None:
-    r = httpx.post(f"{live_model.url}/v1/chat/completions",
-                   json=_chat("Tell me a long story.", temperature=0, max_tokens=3), timeout=60).json()
+    r = httpx.post(
+        f"{live_model.url}/v1/chat/completions",
+        json=_chat("Tell me a long story.", temperature=0, max_tokens=3),
+        timeout=60,
+    ).json()
     assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 3
 
 
@@ -93,15 +102,22 @@ def test_a_repeated_prompt_is_served_from_the_prefix_cache(live_model: LiveServe
     body = _chat("Describe a lighthouse at night, in detail. " * 8, temperature=0, max_tokens=4)
     before = _metric(live_model, "inference_prefix_cache_hit_tokens_total")
     for _ in range(2):
-        httpx.post(f"{live_model.url}/v1/chat/completions", json=body, timeout=60).raise_for_status()
+        httpx.post(
+            f"{live_model.url}/v1/chat/completions", json=body, timeout=60
+        ).raise_for_status()
     assert _metric(live_model, "inference_prefix_cache_hit_tokens_total") - before >= 64
     assert 0 < _metric(live_model, "inference_prefix_cache_hit_rate") <= 1
-    assert 0 < _metric(live_model, "inference_prefix_cache_bytes") <= _metric(
-        live_model, "inference_prefix_cache_capacity_bytes")
+    assert (
+        0
+        < _metric(live_model, "inference_prefix_cache_bytes")
+        <= _metric(live_model, "inference_prefix_cache_capacity_bytes")
+    )
 
 
 def test_disconnect_frees_the_sequence(live_model: LiveServer) -> None:
-    body = _chat("Write a very long essay about the sea.", max_tokens=500, stream=True, ignore_eos=True)
+    body = _chat(
+        "Write a very long essay about the sea.", max_tokens=500, stream=True, ignore_eos=True
+    )
     with httpx.Client(base_url=live_model.url, timeout=60) as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
             lines = sse_data(r.iter_lines())

@@ -31,6 +31,8 @@ def test_a_layer_grows_into_the_room_it_is_given() -> None:
     buf, vbuf = torch.zeros(1, 3, 10, 8), torch.zeros(1, 3, 10, 8)
     layer = GrowingLayer(buf[:, :, :6], vbuf[:, :, :6], (buf, vbuf))
     layer.update(torch.ones(1, 3, 2, 8), torch.ones(1, 3, 2, 8))
-    assert layer.keys.data_ptr() == buf.data_ptr() and torch.equal(buf[:, :, 6:8], torch.ones(1, 3, 2, 8))
+    assert layer.keys.data_ptr() == buf.data_ptr() and torch.equal(
+        buf[:, :, 6:8], torch.ones(1, 3, 2, 8)
+    )
     layer.update(torch.ones(1, 3, 3, 8), torch.ones(1, 3, 3, 8))  # beyond it: a new buffer
     assert layer.keys.shape[2] == 11 and layer.keys.data_ptr() != buf.data_ptr()

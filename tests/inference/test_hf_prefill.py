@@ -73,7 +73,9 @@ async def _settled(engine: TransformersEngine) -> None:
     raise AssertionError("the reply was never cached")
 
 
-async def _conversation(loaded: Any, **settings: Any) -> tuple[list[int], list[int], list[int], Any, int]:
+async def _conversation(
+    loaded: Any, **settings: Any
+) -> tuple[list[int], list[int], list[int], Any, int]:
     """Turn 1 twice (cold, then warm), then turn 2 on top of turn 1's reply; the cache's
     stats, and how many of turn 2's tokens came from it."""
     engine = TransformersEngine(model_settings(**settings), loaded=loaded)
@@ -97,9 +99,11 @@ async def _conversation(loaded: Any, **settings: Any) -> tuple[list[int], list[i
 async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> None:
     off = await _conversation(loaded_model, prefix_cache_mb=0, prefill_chunk_tokens=0)
     assert off[0] == off[1]
-    for settings in ({"prefix_cache_mb": 64, "prefill_chunk_tokens": 0},
-                     {"prefix_cache_mb": 64, "prefill_chunk_tokens": 96},
-                     {"prefix_cache_mb": 0, "prefill_chunk_tokens": 64}):
+    for settings in (
+        {"prefix_cache_mb": 64, "prefill_chunk_tokens": 0},
+        {"prefix_cache_mb": 64, "prefill_chunk_tokens": 96},
+        {"prefix_cache_mb": 0, "prefill_chunk_tokens": 64},
+    ):
         cold, warm, second, *_ = await _conversation(loaded_model, **settings)
         assert (cold, warm, second) == off[:3], settings
 
@@ -107,7 +111,9 @@ async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> N
 @pytest.mark.anyio
 async def test_the_next_turn_starts_after_the_cached_reply(loaded_model: Any) -> None:
     prompt1 = encode_chat(loaded_model.tokenizer, TURN1)
-    *_, stats, turn2_hits = await _conversation(loaded_model, prefix_cache_mb=64, prefill_chunk_tokens=0)
+    *_, stats, turn2_hits = await _conversation(
+        loaded_model, prefix_cache_mb=64, prefill_chunk_tokens=0
+    )
     assert turn2_hits >= (len(prompt1) + TOKENS) // BLOCK * BLOCK - BLOCK  # prompt and reply
     assert turn2_hits > len(prompt1)
     assert stats.bytes <= stats.capacity_bytes
@@ -115,7 +121,9 @@ async def test_the_next_turn_starts_after_the_cached_reply(loaded_model: Any) ->
 
 @pytest.mark.anyio
 async def test_the_cache_stays_within_its_bound(loaded_model: Any) -> None:
-    cold, warm, _, stats, _ = await _conversation(loaded_model, prefix_cache_mb=2, prefill_chunk_tokens=0)
+    cold, warm, _, stats, _ = await _conversation(
+        loaded_model, prefix_cache_mb=2, prefill_chunk_tokens=0
+    )
     assert 0 < stats.bytes <= stats.capacity_bytes == 2 * 2**20
     assert stats.evicted_blocks > 0
     assert cold == warm

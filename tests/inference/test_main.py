@@ -47,17 +47,29 @@ def test_cli_flags_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_python_m_inference_streams_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    env = os.environ | {"ENGINE": "fake", "PORT": str(port), "FAKE_TOKENS_PER_SECOND": "0",
-                        "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "inference"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = os.environ | {
+        "ENGINE": "fake",
+        "PORT": str(port),
+        "FAKE_TOKENS_PER_SECOND": "0",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inference"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait(lambda: _ok(f"{url}/ready"), timeout=30)
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=BODY, timeout=10) as r:
             data = list(sse_data(r.iter_lines()))
         assert data[-1] == "[DONE]"
-        assert "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-1]) == TEXT
+        assert (
+            "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-1])
+            == TEXT
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         assert proc.stdout is not None

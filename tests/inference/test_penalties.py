@@ -35,10 +35,17 @@ def test_repetition_penalty_is_transformers_own(penalty: float) -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("frequency", "presence"), [(0.5, 0.0), (0.0, 1.5), (1.0, -0.5), (-2.0, 2.0)])
-def test_frequency_and_presence_penalties_follow_openais_formula(frequency: float, presence: float) -> None:
+@pytest.mark.parametrize(
+    ("frequency", "presence"), [(0.5, 0.0), (0.0, 1.5), (1.0, -0.5), (-2.0, 2.0)]
+)
+def test_frequency_and_presence_penalties_follow_openais_formula(
+    frequency: float, presence: float
+) -> None:
     logits = _logits(1, seed=1)
-    got = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, frequency_penalty=frequency, presence_penalty=presence)])
+    got = adjust_logits(
+        logits,
+        [bare_sequence(PROMPT, REPLY, frequency_penalty=frequency, presence_penalty=presence)],
+    )
     want = logits.clone()
     for token, count in Counter(REPLY).items():  # generated tokens only: the prompt does not count
         want[0, token] -= count * frequency + (count > 0) * presence
@@ -48,7 +55,9 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency: floa
 
 def test_logit_bias_adds_to_the_named_tokens_only() -> None:
     logits = _logits(1, seed=2)
-    got = adjust_logits(logits, [bare_sequence(PROMPT, REPLY, logit_bias=((3, -100.0), (250, 7.5)))])
+    got = adjust_logits(
+        logits, [bare_sequence(PROMPT, REPLY, logit_bias=((3, -100.0), (250, 7.5)))]
+    )
     want = logits.clone()
     want[0, 3] += -100.0
     want[0, 250] += 7.5
@@ -57,19 +66,29 @@ def test_logit_bias_adds_to_the_named_tokens_only() -> None:
 
 def test_each_row_gets_its_own_settings_and_untouched_rows_stay_bit_identical() -> None:
     logits = _logits(4, seed=3)
-    seqs = [bare_sequence(PROMPT, REPLY, repetition_penalty=1.5), bare_sequence([1, 2], [3, 3]),
-            bare_sequence([4], [9, 9, 10], frequency_penalty=0.8, logit_bias=((0, 2.0),)), bare_sequence(PROMPT, REPLY)]
+    seqs = [
+        bare_sequence(PROMPT, REPLY, repetition_penalty=1.5),
+        bare_sequence([1, 2], [3, 3]),
+        bare_sequence([4], [9, 9, 10], frequency_penalty=0.8, logit_bias=((0, 2.0),)),
+        bare_sequence(PROMPT, REPLY),
+    ]
     got = adjust_logits(logits, seqs)
     for row, seq in enumerate(seqs):
-        alone = adjust_logits(logits[row : row + 1], [bare_sequence(seq.prompt_ids, seq.generated, **_knobs(seq))])
+        alone = adjust_logits(
+            logits[row : row + 1], [bare_sequence(seq.prompt_ids, seq.generated, **_knobs(seq))]
+        )
         assert torch.equal(got[row], alone[0].float()), row
     assert torch.equal(got[1], logits[1]) and torch.equal(got[3], logits[3])
 
 
 def _knobs(seq: Sequence) -> dict[str, Any]:
     p = seq.params
-    return {"repetition_penalty": p.repetition_penalty, "frequency_penalty": p.frequency_penalty,
-            "presence_penalty": p.presence_penalty, "logit_bias": p.logit_bias}
+    return {
+        "repetition_penalty": p.repetition_penalty,
+        "frequency_penalty": p.frequency_penalty,
+        "presence_penalty": p.presence_penalty,
+        "logit_bias": p.logit_bias,
+    }
 
 
 def test_no_settings_no_work() -> None:
@@ -91,5 +110,7 @@ def test_counts_kept_across_steps_equal_counting_afresh() -> None:
 def test_the_callers_logits_are_not_changed() -> None:
     logits = _logits(1)
     before = logits.clone()
-    adjust_logits(logits, [bare_sequence(PROMPT, REPLY, repetition_penalty=1.5, logit_bias=((1, 5.0),))])
+    adjust_logits(
+        logits, [bare_sequence(PROMPT, REPLY, repetition_penalty=1.5, logit_bias=((1, 5.0),))]
+    )
     assert torch.equal(logits, before)

@@ -19,7 +19,9 @@ HEADS, KV_HEADS, DIM = 9, 3, 64
 
 def job(n: int, done: int = 0) -> PrefillJob:
     cap = -(-n // ATTN_BLOCK) * ATTN_BLOCK
-    return PrefillJob(list(range(n)), torch.zeros((1, 2, KV_HEADS, cap, DIM), dtype=torch.bfloat16), done)
+    return PrefillJob(
+        list(range(n)), torch.zeros((1, 2, KV_HEADS, cap, DIM), dtype=torch.bfloat16), done
+    )
 
 
 def split(n: int, rng: random.Random) -> list[int]:
@@ -30,7 +32,9 @@ def split(n: int, rng: random.Random) -> list[int]:
     return sizes
 
 
-def run_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, PrefillJob]:
+def run_pieces(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[int]
+) -> tuple[torch.Tensor, PrefillJob]:
     """Attention of one sequence prefilled in calls of `sizes` tokens (each packed after a
     decoy sequence, so a call also holds other rows)."""
     j, decoy = job(q.shape[2]), job(40)
@@ -42,7 +46,9 @@ def run_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[in
     for n in sizes:
         a = j.done
         pieces = [Piece(decoy, 0, 7, 0), Piece(j, a, n, 7)]
-        out = PrefillPlan(pieces, KV_HEADS).attend(0, row(q, a, a + n), row(k, a, a + n), row(v, a, a + n), DIM**-0.5)
+        out = PrefillPlan(pieces, KV_HEADS).attend(
+            0, row(q, a, a + n), row(k, a, a + n), row(v, a, a + n), DIM**-0.5
+        )
         outs.append(out[:, 7:])
         j.done += n
     return torch.cat(outs, dim=1), j
@@ -52,13 +58,18 @@ def run_pieces(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[in
 def qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     n = 3 * ATTN_BLOCK + 77
-    return tuple(torch.randn((1, h, n, DIM), generator=g).to(torch.bfloat16) for h in (HEADS, KV_HEADS, KV_HEADS))
+    return tuple(
+        torch.randn((1, h, n, DIM), generator=g).to(torch.bfloat16)
+        for h in (HEADS, KV_HEADS, KV_HEADS)
+    )
 
 
 def test_attention_is_causal_attention(qkv: Any) -> None:
     q, k, v = qkv
     out, _ = run_pieces(q, k, v, [q.shape[2]])
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True)
+    ref = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True
+    )
     assert torch.allclose(out.float(), ref.transpose(1, 2), atol=2e-2)
 
 
@@ -81,7 +92,7 @@ def test_chunk_budget_is_shared_shortest_first() -> None:
 def test_deep_tokens_count_for_more() -> None:
     assert affordable(256, 0, 3000.0) > affordable(256, 4000, 3000.0) > 256 // 3
     late = job(5000, done=4000)
-    (_, n), = plan_chunk([late], 256, 3000.0)
+    ((_, n),) = plan_chunk([late], 256, 3000.0)
     assert n == affordable(256, 4000, 3000.0)
 
 

@@ -18,7 +18,9 @@ def _steps(q: Int4Linear) -> torch.Tensor:
 def _int4_weights(q: Int4Linear) -> torch.Tensor:
     """The 4-bit weights as the kernel sees them (the kernel applied to the identity)."""
     eye = torch.eye(q.in_features, dtype=torch.bfloat16)
-    return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, q.packed, q.group, q.scales_zeros).float().T
+    return (
+        torch.ops.aten._weight_int4pack_mm_for_cpu(eye, q.packed, q.group, q.scales_zeros).float().T
+    )
 
 
 @pytest.mark.parametrize("rows", [1, FEW_ROWS, FEW_ROWS + 1, 40])
@@ -60,7 +62,9 @@ def test_int8_head_matches_the_float_head(rows: int) -> None:
 
 
 @pytest.mark.model
-def test_bundled_model_runs_int4_holding_the_ggufs_own_4bit_codes(loaded_model: Any, float_model: Any) -> None:
+def test_bundled_model_runs_int4_holding_the_ggufs_own_4bit_codes(
+    loaded_model: Any, float_model: Any
+) -> None:
     """The default model is served in int4, and its int4 weights are the Q4_1 file's values:
     off by a small fraction of a step (scale and offset rounded to bf16), where re-quantizing
     arbitrary weights is off by ~a quarter of a step on average."""
@@ -94,15 +98,18 @@ PASSAGE = (
 
 
 @pytest.mark.model
-def test_int4_kernel_predicts_like_the_float32_model(loaded_model: Any, float_model: Any,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int4_kernel_predicts_like_the_float32_model(
+    loaded_model: Any, float_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Teacher-forced over a passage, every row through the 4-bit kernel: next-token
     distributions stay within a small KL of the float32 model's (measured ~0.003 nats)."""
     import inference.quant as quant
 
     tok = loaded_model.tokenizer
-    chat = [{"role": "user", "content": "Tell me about a lighthouse keeper."},
-            {"role": "assistant", "content": PASSAGE}]
+    chat = [
+        {"role": "user", "content": "Tell me about a lighthouse keeper."},
+        {"role": "assistant", "content": PASSAGE},
+    ]
     ids = tok.apply_chat_template(chat, return_tensors="pt", return_dict=True)["input_ids"]
     monkeypatch.setattr(quant, "FEW_ROWS", 10**9)
     with torch.inference_mode():

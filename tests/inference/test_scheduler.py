@@ -65,7 +65,9 @@ class ChunkedBackend:
 
 
 def seq(name: str, steps: int, tokens: int) -> Sequence:
-    s = Sequence([0] * 10, SamplingParams(max_tokens=tokens), Letters(), asyncio.Queue(), payload=steps)
+    s = Sequence(
+        [0] * 10, SamplingParams(max_tokens=tokens), Letters(), asyncio.Queue(), payload=steps
+    )
     s.request_id = name
     return s
 
@@ -101,7 +103,9 @@ async def test_running_streams_decode_between_the_chunks_of_a_long_prompt() -> N
     first = steps.index(("prefill", ("long",)))
     # five prefill steps of the long prompt, each followed by a decode step of the running one
     assert steps[first : first + 10] == [("prefill", ("long",)), ("decode", ("short",))] * 4 + [
-        ("prefill", ("long",)), ("decode", ("short", "long"))]
+        ("prefill", ("long",)),
+        ("decode", ("short", "long")),
+    ]
 
 
 async def test_arriving_prompts_share_the_prefill_step() -> None:

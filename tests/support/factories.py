@@ -17,7 +17,9 @@ def unique_name(prefix: str = "user") -> str:
 
 def create_user(username: str | None = None, **fields):
     username = username or f"user{next(_count)}"
-    return get_user_model().objects.create_user(username=username, password="pw-Long-enough-1", **fields)
+    return get_user_model().objects.create_user(
+        username=username, password="pw-Long-enough-1", **fields
+    )
 
 
 def create_conversation(owner=None, **fields) -> Conversation:

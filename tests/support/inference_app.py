@@ -22,16 +22,29 @@ from tests.support.processes import free_port
 def fake_settings(**overrides: Any) -> Settings:
     """Fake engine settings that ignore the caller's environment."""
     base: dict[str, Any] = {
-        "engine": "fake", "fake_tokens_per_second": 0, "max_batch": 8, "max_queue": 64,
-        "inference_api_key": "", "model": "", "model_name": "", "context_length": 0,
+        "engine": "fake",
+        "fake_tokens_per_second": 0,
+        "max_batch": 8,
+        "max_queue": 64,
+        "inference_api_key": "",
+        "model": "",
+        "model_name": "",
+        "context_length": 0,
     }
     return Settings(**(base | overrides))
 
 
 def model_settings(**overrides: Any) -> Settings:
-    base: dict[str, Any] = {"engine": "transformers", "device": "cpu", "max_batch": 4,
-                            "max_queue": 8, "inference_api_key": "", "model": "",
-                            "model_name": "", "context_length": 0}
+    base: dict[str, Any] = {
+        "engine": "transformers",
+        "device": "cpu",
+        "max_batch": 4,
+        "max_queue": 8,
+        "inference_api_key": "",
+        "model": "",
+        "model_name": "",
+        "context_length": 0,
+    }
     return Settings(**(base | overrides))
 
 
@@ -43,8 +56,9 @@ class LiveServer:
         self.ready = ready
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -86,6 +100,8 @@ class NoText:
 
 def bare_sequence(prompt: Ids[int], generated: Ids[int] = (), **params: Any) -> Sequence:
     """A sequence as the sampler sees it: prompt, tokens generated so far, its parameters."""
-    seq = Sequence(list(prompt), SamplingParams(**({"max_tokens": 50} | params)), NoText(), asyncio.Queue())
+    seq = Sequence(
+        list(prompt), SamplingParams(**({"max_tokens": 50} | params)), NoText(), asyncio.Queue()
+    )
     seq.generated = list(generated)
     return seq

@@ -17,7 +17,12 @@ def race(action: str, attempts: int) -> dict:
 
     from chat import services
     from chat.models import Conversation, Message
-    from tests.support.factories import create_conversation, create_message, create_user, unique_name
+    from tests.support.factories import (
+        create_conversation,
+        create_message,
+        create_user,
+        unique_name,
+    )
 
     user = create_user(unique_name("racer"))
     conversations = [create_conversation(owner=user) for _ in range(attempts)]

@@ -49,7 +49,8 @@ class Process:
         self.popen: subprocess.Popen | None = None
 
     def start(self) -> "Process":
-        log = open(self.log_path, "ab")
+        # Open for the child's lifetime; Popen keeps its own descriptor.
+        log = open(self.log_path, "ab")  # noqa: SIM115
         self.popen = subprocess.Popen(
             self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
@@ -123,8 +124,13 @@ class SiteServer:
     def __init__(self, log_dir: Path, var_dir: Path, *, port: int | None = None, **env):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = base_env(TOKENSTREAM_VAR_DIR=var_dir, DJANGO_DEBUG=0, SITE_HOST="127.0.0.1",
-                            SITE_PORT=self.port, **{**LIVE_LIMITS, **env})
+        self.env = base_env(
+            TOKENSTREAM_VAR_DIR=var_dir,
+            DJANGO_DEBUG=0,
+            SITE_HOST="127.0.0.1",
+            SITE_PORT=self.port,
+            **{**LIVE_LIMITS, **env},
+        )
         self.var_dir = var_dir
         self.process = Process(
             f"site-{self.port}",

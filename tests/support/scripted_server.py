@@ -14,8 +14,11 @@ def chunk(text=None, finish=None, role=False) -> bytes:
         delta["role"] = "assistant"
     if text is not None:
         delta["content"] = text
-    body = {"object": "chat.completion.chunk", "model": "scripted",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    body = {
+        "object": "chat.completion.chunk",
+        "model": "scripted",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
@@ -40,8 +43,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             getattr(self, f"_{behaviour}", None) and getattr(self, f"_{behaviour}")()
             if behaviour in ("503", "401", "404", "400"):
                 status = int(behaviour)
-                self._json(status, {"error": {"message": f"scripted {status}",
-                                              "type": "x", "code": None}})
+                self._json(
+                    status, {"error": {"message": f"scripted {status}", "type": "x", "code": None}}
+                )
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
@@ -77,7 +81,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def _error_chunk(self):
         self._start_stream()
         self._words()
-        self.wfile.write(b'data: {"error": {"message": "CUDA fell over", "type": "server_error"}}\n\n')
+        self.wfile.write(
+            b'data: {"error": {"message": "CUDA fell over", "type": "server_error"}}\n\n'
+        )
 
     def _silent(self):
         self._start_stream()

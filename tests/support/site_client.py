@@ -27,8 +27,12 @@ class SiteClient:
         self.http.get("/accounts/signup/")
         response = self.http.post(
             "/accounts/signup/",
-            data={"username": username, "password1": password, "password2": password,
-                  "csrfmiddlewaretoken": self.csrf},
+            data={
+                "username": username,
+                "password1": password,
+                "password2": password,
+                "csrfmiddlewaretoken": self.csrf,
+            },
         )
         assert response.status_code == 302, response.text[:2000]
         return self
@@ -46,8 +50,9 @@ class SiteClient:
         return response.json()
 
     def send(self, conversation_id: str, content: str) -> dict:
-        response = self.api("POST", f"/api/conversations/{conversation_id}/messages/",
-                            {"content": content})
+        response = self.api(
+            "POST", f"/api/conversations/{conversation_id}/messages/", {"content": content}
+        )
         assert response.status_code == 202, response.text
         return response.json()
 
@@ -74,8 +79,11 @@ class SseStream:
         headers = {"Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
-        self.http = httpx.Client(base_url=client.base_url, cookies=client.http.cookies,
-                                 timeout=httpx.Timeout(30, read=60))
+        self.http = httpx.Client(
+            base_url=client.base_url,
+            cookies=client.http.cookies,
+            timeout=httpx.Timeout(30, read=60),
+        )
         self.context = self.http.stream(
             "GET", f"/events/conversations/{conversation_id}/", headers=headers
         )

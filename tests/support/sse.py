@@ -44,4 +44,4 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
     """The `data:` payloads of an SSE body read line by line, in order."""
     for line in lines:
         if line.startswith("data: "):
-            yield line[len("data: "):]
+            yield line[len("data: ") :]

@@ -47,7 +47,9 @@ class CuttableProxy:
             sockets, self.sockets = self.sockets, []
         for sock in sockets:
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the pipe threads blocked in recv
                 sock.close()
             except OSError:

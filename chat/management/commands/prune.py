@@ -17,7 +17,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--conversations-older-than", type=int, required=True, metavar="DAYS",
+            "--conversations-older-than",
+            type=int,
+            required=True,
+            metavar="DAYS",
             help="Delete conversations with no activity for this many days (at least 1).",
         )
         parser.add_argument("--dry-run", action="store_true", help="Print counts; delete nothing.")

@@ -30,11 +30,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--timeout", type=float, default=300.0,
+            "--timeout",
+            type=float,
+            default=300.0,
             help="Seconds to wait for all servers to be ready (default 300).",
         )
         parser.add_argument(
-            "--local", action="store_true",
+            "--local",
+            action="store_true",
             help="Instead: load and convert the model in this process (GGUF to cached "
             "safetensors) so the next `python -m inference` starts fast.",
         )
@@ -176,8 +179,13 @@ class StageBar:
     def __init__(self, total: int):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, file=sys.stderr, unit="step", dynamic_ncols=True,
-                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
+        self.bar = tqdm(
+            total=total,
+            file=sys.stderr,
+            unit="step",
+            dynamic_ncols=True,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]",
+        )
         self._done = threading.Event()
         self._ticker = threading.Thread(target=self._tick, daemon=True)
 

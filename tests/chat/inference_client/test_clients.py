@@ -52,7 +52,9 @@ class TestInferenceClientContract:
 
     def test_closing_early_is_clean(self, backend):
         async def first_only():
-            async with contextlib.aclosing(backend.stream_chat(ChatRequest(messages=QUESTION))) as s:
+            async with contextlib.aclosing(
+                backend.stream_chat(ChatRequest(messages=QUESTION))
+            ) as s:
                 async for item in s:
                     return item
 
@@ -88,11 +90,16 @@ def test_busy_server_is_retried_then_reported_busy(settings):
 
 def test_busy_server_that_frees_up_serves_the_reply(settings):
     with ScriptedServer(["503", "503", "ok"]) as server:
-        items = asyncio.run(drain(http_client(settings, server.url, busy_seconds=5), ChatRequest(messages=QUESTION)))
+        items = asyncio.run(
+            drain(http_client(settings, server.url, busy_seconds=5), ChatRequest(messages=QUESTION))
+        )
     assert "".join(i.text for i in items if isinstance(i, Delta)) == "Hello there friend"
 
 
-@pytest.mark.parametrize("status,kind,retryable", [("401", "auth", False), ("404", "model", False), ("400", "refused", False)])
+@pytest.mark.parametrize(
+    "status,kind,retryable",
+    [("401", "auth", False), ("404", "model", False), ("400", "refused", False)],
+)
 def test_client_errors_are_not_retryable(settings, status, kind, retryable):
     with ScriptedServer([status]) as server:
         error = failure_of(http_client(settings, server.url))

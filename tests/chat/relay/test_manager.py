@@ -34,7 +34,9 @@ async def send_and_relay(conversation, content: str) -> Message:
     """POST a message as the API does, then wait for the relay the service started."""
     relay_manager.ensure_started()
     try:
-        sent = await sync_to_async(services.message_send)(conversation=conversation, content=content)
+        sent = await sync_to_async(services.message_send)(
+            conversation=conversation, content=content
+        )
         reply_id = sent.assistant_message.id
         for _ in range(200):  # the relay starts on the next loop iteration
             if reply_id in relay_manager.relays:

@@ -19,8 +19,11 @@ def test_flush_saves_the_text_of_every_streaming_reply_and_leaves_ended_ones_alo
     ended = create_message(conversation, role="assistant", content="final", status="complete")
 
     saving.reply_flush(
-        contents={first.id: ("Once upon", 2), second.id: ("A 'quoted' ünïcode", 3),
-                  ended.id: ("late text", 9)},
+        contents={
+            first.id: ("Once upon", 2),
+            second.id: ("A 'quoted' ünïcode", 3),
+            ended.id: ("late text", 9),
+        },
         alive=[first.id, second.id],
     )
 
@@ -41,9 +44,12 @@ def test_flush_marks_idle_relays_alive_so_they_are_not_taken_for_orphans():
 
 
 def test_a_reply_nobody_saves_becomes_interrupted_with_its_text_kept():
-    reply = create_message(create_conversation(), role="assistant", content="half a sto",
-                           status="streaming")
-    Message.objects.filter(pk=reply.pk).update(updated_at=timezone.now() - datetime.timedelta(minutes=5))
+    reply = create_message(
+        create_conversation(), role="assistant", content="half a sto", status="streaming"
+    )
+    Message.objects.filter(pk=reply.pk).update(
+        updated_at=timezone.now() - datetime.timedelta(minutes=5)
+    )
 
     orphans = saving.replies_interrupt_orphans(stale_after=60, exclude=set())
 

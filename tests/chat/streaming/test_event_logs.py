@@ -5,10 +5,10 @@ import json
 import uuid
 
 import pytest
-from chat.streaming.eventstream import EventDoesNotExist
 
 from chat.streaming import memory_log
 from chat.streaming.channels import conversation_id_from_channel
+from chat.streaming.eventstream import EventDoesNotExist
 from chat.streaming.memory_log import MemoryEventStorage
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
@@ -101,10 +101,14 @@ def test_channel_names_parse_to_conversation_ids():
 
 
 def fill(storage, channel: str, events: int, size: int = 1000):
-    return [storage.append_event(channel, "token", json.dumps({"t": "x" * size})) for _ in range(events)]
+    return [
+        storage.append_event(channel, "token", json.dumps({"t": "x" * size})) for _ in range(events)
+    ]
 
 
-def test_the_memory_log_is_bounded_in_bytes_across_channels_evicting_the_least_recently_used(settings):
+def test_the_memory_log_is_bounded_in_bytes_across_channels_evicting_the_least_recently_used(
+    settings,
+):
     settings.EVENTLOG_MAX_BYTES = 50_000
     memory_log.forget_all_channels()
     storage = MemoryEventStorage()

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 
 from chat.streaming import memory_log
-from chat.streaming.eventstream import id_prefix
 from chat.streaming.channels import channel_for
+from chat.streaming.eventstream import id_prefix
 from chat.streaming.publish import publish_on_loop
 from chat.streaming.sse import ConversationEvents
 from tests.support.factories import create_conversation, create_user
@@ -27,8 +27,13 @@ class Subscriber:
 
     def __init__(self, user, conversation_id, last_event_id: str | None = None):
         headers = [(b"last-event-id", last_event_id.encode())] if last_event_id else []
-        self.scope = {"type": "http", "user": user, "headers": headers, "query_string": b"",
-                      "url_route": {"kwargs": {"conversation_id": conversation_id}}}
+        self.scope = {
+            "type": "http",
+            "user": user,
+            "headers": headers,
+            "query_string": b"",
+            "url_route": {"kwargs": {"conversation_id": conversation_id}},
+        }
         self.status: int | None = None
         self.body = ""
         self.gone = asyncio.Event()
@@ -75,6 +80,7 @@ def publish_tokens(conversation_id, texts):
     async def action():
         for seq, text in enumerate(texts):
             publish_on_loop(conversation_id, "token", {"message_id": "m", "seq": seq, "text": text})
+
     return action
 
 

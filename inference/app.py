@@ -24,6 +24,7 @@ from inference.engine import (
     NotReady,
 )
 from inference.engine_factory import create_engine
+from inference.limits import BodyLimit
 from inference.metrics import Metrics
 from inference.sampling_params import TokenLogprob
 from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, TokenEvent
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             await engine.stop()
 
     app = FastAPI(title="tokenstream inference", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
     _install_error_handlers(app)
     auth = _auth_dependency(settings)
@@ -104,9 +106,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         return ModelList(data=[card])
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)], response_model=None)
-    async def chat(body: ChatCompletionRequest) -> Response:
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         arrival = time.monotonic()
-        gen = _submit(engine, settings, metrics, body)
+        gen = await _submit(engine, settings, metrics, body)
         run = _Run(gen, engine.model_name, metrics, arrival, logprobs=bool(body.logprobs))
         if body.stream:
             return StreamingResponse(
@@ -114,7 +116,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 media_type="text/event-stream",
                 headers=SSE_HEADERS,
             )
-        return await run.collect()
+        return await _unless_gone(request, run.collect(), lambda: engine.cancel(gen.request_id))
 
     return app
 
@@ -173,7 +175,26 @@ def _auth_dependency(settings: Settings) -> Any:
     return check
 
 
-def _submit(
+async def _unless_gone(request: Request, answer, cancel) -> Response:
+    """A non-streaming answer, whose generation is cancelled (its slot freed at the next
+    step) if the client leaves first: nobody would read it."""
+    waiting = asyncio.ensure_future(answer)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            cancel()
+        return await waiting
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _submit(
     engine: Engine, settings: Settings, metrics: Metrics, body: ChatCompletionRequest
 ) -> Generation:
     if body.model and body.model != engine.model_name:
@@ -193,7 +214,7 @@ def _submit(
     messages = [Message(m.role, m.text()) for m in body.messages]
     retry = {"Retry-After": str(settings.retry_after_seconds)}
     try:
-        return engine.submit(messages, params)
+        return await engine.asubmit(messages, params)
     except ContextLengthExceeded as exc:
         metrics.requests.labels("rejected").inc()
         raise ApiError(400, str(exc), "invalid_request_error", "context_length_exceeded") from exc

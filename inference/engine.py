@@ -160,6 +160,14 @@ class Engine:
             raise NotReady(self.load_error or "model is loading")
         return self._submit(messages, params)
 
+    async def asubmit(self, messages: list[Message], params: SamplingParams) -> Generation:
+        """submit() with the prompt tokenised in a worker thread: a long prompt's chat
+        template and tokeniser must not hold the event loop, where every stream is written."""
+        if not self.ready:
+            raise NotReady(self.load_error or "model is loading")
+        prompt_ids, payload = await asyncio.to_thread(self._encode, messages)
+        return self._enqueue(prompt_ids, payload, params)
+
     def _submit(self, messages: list[Message], params: SamplingParams) -> Generation:
         prompt_ids, payload = self._encode(messages)
         return self._enqueue(prompt_ids, payload, params)

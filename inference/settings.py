@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     threads: int = Field(
         0, ge=0, description="torch CPU threads. 0: the number of CPU cores available."
     )
+    max_request_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body accepted (bytes); larger ones get 413 unread.",
+    )
     retry_after_seconds: int = Field(
         1, ge=1, description="Retry-After header value sent with 503 when full or loading."
     )

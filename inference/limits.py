@@ -41,7 +41,10 @@ class BodyLimit:
             "request_too_large",
         )
         data = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 

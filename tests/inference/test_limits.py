@@ -45,8 +45,11 @@ def test_a_body_over_the_ceiling_is_a_413_and_reaches_no_engine() -> None:
         before = len(engine.encoded_on)
         big = BODY | {"messages": [{"role": "user", "content": "x" * 5000}]}
         declared = client.post("/v1/chat/completions", json=big)
-        chunked = client.post("/v1/chat/completions", content=iter([b'{"messages": "', b"x" * 4000]),
-                              headers={"content-type": "application/json"})
+        chunked = client.post(
+            "/v1/chat/completions",
+            content=iter([b'{"messages": "', b"x" * 4000]),
+            headers={"content-type": "application/json"},
+        )
         small = client.post("/v1/chat/completions", json=BODY)
     assert declared.status_code == chunked.status_code == 413
     assert declared.json()["error"]["code"] == "request_too_large"
@@ -74,8 +77,9 @@ def test_a_non_streaming_client_that_leaves_gives_its_slot_back(live_fake: Any) 
         # With the slot back, the one running place is free again for the next request.
         answer = None
         for _ in range(40):
-            answer = httpx.post(f"{server.url}/v1/chat/completions",
-                                json=BODY | {"max_tokens": 2}, timeout=10)
+            answer = httpx.post(
+                f"{server.url}/v1/chat/completions", json=BODY | {"max_tokens": 2}, timeout=10
+            )
             if answer.status_code == 200:
                 break
             threading.Event().wait(0.1)

@@ -7,20 +7,10 @@ import pytest
 
 from chat.models import Conversation, Message
 from chat.relay.prompt import build_request
-from tests.support.api import call, finish_replies, signed_in
-from tests.support.factories import create_conversation, create_message, create_user
+from tests.support.api import call, finish_replies
+from tests.support.factories import create_conversation, create_message
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def user():
-    return create_user()
-
-
-@pytest.fixture
-def api(user):
-    return signed_in(user)
 
 
 @pytest.fixture

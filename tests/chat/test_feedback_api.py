@@ -3,20 +3,10 @@
 import pytest
 
 from chat.models import Feedback
-from tests.support.api import call, signed_in
-from tests.support.factories import create_conversation, create_message, create_user
+from tests.support.api import call
+from tests.support.factories import create_conversation, create_message
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def user():
-    return create_user()
-
-
-@pytest.fixture
-def api(user):
-    return signed_in(user)
 
 
 @pytest.fixture

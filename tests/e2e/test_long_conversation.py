@@ -44,7 +44,8 @@ def test_earlier_messages_load_above_as_the_reader_scrolls_up(paged_site, open_p
     for _ in range(5):
         if page.evaluate("() => document.querySelectorAll('.msg').length") == 10:
             break
-        page.locator(".load-earlier").scroll_into_view_if_needed()
+        # The button is replaced as each page loads: scroll to whichever is there now.
+        page.evaluate("() => document.querySelector('.load-earlier')?.scrollIntoView()")
         page.wait_for_timeout(500)
     page.wait_for_function("() => document.querySelectorAll('.msg').length === 10")
     assert page.locator(".load-earlier").count() == 0

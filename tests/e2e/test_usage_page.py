@@ -81,7 +81,10 @@ def test_usage_panel_shows_what_replies_used_and_manages_api_keys(chat_page, scr
     assert page.locator("#key-secret").is_hidden()
     open_settings(page)
     page.wait_for_function("() => document.querySelector('#usage').innerText.includes('2 replies')")
-    assert "last used" in page.inner_text("#key-list")
+    # The usage and the key list are two requests: wait for the list too.
+    page.wait_for_function(
+        "() => document.querySelector('#key-list').innerText.includes('last used')"
+    )
 
     page.click("#key-list .key-revoke")
     page.wait_for_selector("#key-list .key-empty")

@@ -58,8 +58,10 @@ def test_a_mixed_batch_gives_each_request_what_it_gets_alone(loaded_model: Any) 
     together = _generate(loaded_model, settings)
     alone = [_generate(loaded_model, [knobs])[0] for knobs in settings]
     assert together == alone
-    # Every penalty, the bias and sampling changed the reply (none was a no-op). Row 4's
-    # repetition_penalty 0.9 favours repeating, which greedy decoding may already do.
-    for row in (1, 2, 3, 5):
+    # The repetition penalty, the bias and sampling changed the reply (none was a no-op).
+    # Row 2's frequency/presence penalties act only once a token repeats, which greedy
+    # decoding may not do in 24 tokens, and row 4's repetition_penalty 0.9 favours what
+    # greedy already picks: their effect is checked against references in test_sampling.py.
+    for row in (1, 3, 5):
         assert together[row] != together[0], settings[row]
     assert together[3][0] != first

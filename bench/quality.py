@@ -5,8 +5,10 @@ loops, how varied its replies are, how long they run, and whether it still knows
     .venv/bin/python -m bench.quality --setting repetition_penalty=1.1 \\
         --setting frequency_penalty=0.5,min_p=0.05 --samples 2
 
-Each --setting is a set of request fields laid over the site's defaults (temperature 0.5,
-top_p 0.9, no penalties: the chat site's CHAT_DEFAULT_TEMPERATURE / CHAT_DEFAULT_TOP_P).
+The first row has no penalties (temperature 0.5, top_p 0.9: what the site sent before it had
+penalties), the second the site's defaults as configured (CHAT_DEFAULT_* in
+tokenstream_site/settings.py and the environment, what a conversation that sets nothing gets).
+Each --setting is a set of request fields laid over the first row's temperature and top_p.
 Every prompt below runs once per sample with its own seed, the same seeds at every setting,
 max_tokens 300, through `python -m inference` started in its own process, as deployed, 8
 requests at a time. Which requests share a decode step varies with timing, and with it the
@@ -18,6 +20,9 @@ logits' last bits, so two runs differ by a reply or two per setting. Per setting
 - at limit: replies that ran to max_tokens instead of ending by themselves;
 - Paris: whether every sample of "What is the capital of France?" says Paris.
 
+Below the table, the prompts whose replies ran to the limit, per setting (with how many of
+their samples did), to tell a rambling setting from prompts that want a long answer.
+
 The targets, printed as `ok`: at most 1 reply in 10 loops, distinct-4 >= 0.95, at most 1
 in 10 at the limit, Paris answered. bench/README.md keeps the measured table.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import tempfile
@@ -40,7 +46,7 @@ import httpx
 from bench.measure import sampling_fields
 from tests.support.processes import InferenceServer
 
-SITE_DEFAULTS: dict[str, Any] = {"temperature": 0.5, "top_p": 0.9}
+BASE: dict[str, Any] = {"temperature": 0.5, "top_p": 0.9}
 MAX_TOKENS = 300
 CONCURRENCY = 8
 PARIS = "What is the capital of France?"
@@ -148,7 +154,7 @@ async def ask(client: httpx.AsyncClient, prompt: str, seed: int, fields: dict[st
         "max_tokens": MAX_TOKENS,
         "seed": seed,
     }
-    r = await client.post("/v1/chat/completions", json=body | SITE_DEFAULTS | fields)
+    r = await client.post("/v1/chat/completions", json=body | BASE | fields)
     r.raise_for_status()
     reply = r.json()
     choice = reply["choices"][0]
@@ -173,6 +179,27 @@ async def replies(url: str, fields: dict[str, Any], samples: int) -> list[Reply]
         return list(await asyncio.gather(*jobs))
 
 
+def site_defaults() -> dict[str, Any]:
+    """The fields the chat site sends for a conversation that sets nothing (its settings, as
+    configured by the environment), read the way the site reads them."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
+    from django.conf import settings
+
+    from chat.sampling import KNOBS, site_default
+
+    fields = {
+        "temperature": settings.CHAT_DEFAULT_TEMPERATURE,
+        "top_p": settings.CHAT_DEFAULT_TOP_P,
+    }
+    return fields | {k.name: v for k in KNOBS if (v := site_default(k)) is not None}
+
+
+def at_limit(summary: Summary) -> str:
+    counts = Counter(r.prompt for r in summary.replies if r.finish == "length")
+    listed = "; ".join(f"{prompt} ({n})" for prompt, n in counts.most_common())
+    return f"- {summary.label}: {listed or 'none'}"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -192,7 +219,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    settings = {"site defaults": {}} | {text: sampling_fields(text) for text in args.setting}
+    defaults = site_defaults()
+    site_label = "site defaults: " + ", ".join(f"{k}={v:g}" for k, v in defaults.items())
+    settings = {"no penalties": {}, site_label: defaults}
+    settings |= {text: sampling_fields(text) for text in args.setting}
     print(f"command: {' '.join(['python -m bench.quality', *sys.argv[1:]])}", flush=True)
     summaries: list[Summary] = []
     print(HEADER, flush=True)
@@ -209,6 +239,7 @@ def main() -> None:
         finally:
             server.stop()
     print(f"\n{HEADER}\n" + "\n".join(s.row() for s in summaries))
+    print("\nran to the limit:\n" + "\n".join(at_limit(s) for s in summaries))
     if args.dump:
         args.dump.write_text(
             json.dumps({s.label: [vars(r) for r in s.replies] for s in summaries}, indent=1)

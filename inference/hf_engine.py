@@ -30,13 +30,8 @@ from inference.textstream import IncrementalDetokenizer, TokenBytes
 log = logging.getLogger("inference.hf_engine")
 
 
-def _pad_left(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
-    missing = length - t.shape[dim]
-    if missing <= 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+def _pad_mask(mask: torch.Tensor, length: int) -> torch.Tensor:
+    return torch.cat([mask.new_zeros((mask.shape[0], length - mask.shape[1])), mask], dim=1)
 
 
 class GrowingLayer(DynamicLayer):
@@ -44,7 +39,8 @@ class GrowingLayer(DynamicLayer):
     its token in place, where DynamicLayer concatenates the whole cache into a new tensor at
     every step (at a few thousand tokens, more bytes than the weights)."""
 
-    ROOM = 256  # spare positions at least; the buffer grows by doubling
+    ROOM = 256  # spare positions at least, and a quarter more than held: growth stays
+    # amortised, where doubling would make a 4,000-token prompt's join fault in twice its bytes
 
     def __init__(
         self,
@@ -62,9 +58,31 @@ class GrowingLayer(DynamicLayer):
             self._k, self._v = room
             self.keys, self.values = keys, values
 
+    @classmethod
+    def stacked(cls, parts: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> GrowingLayer:
+        """The parts' rows one under the other, each left-padded with zeros to `length`
+        positions, written once into a fresh buffer (a join or leave with a long prompt in the
+        batch moves hundreds of MB: no intermediate copy)."""
+        first = parts[0][0]
+        b, (h, d) = sum(k.shape[0] for k, _ in parts), (first.shape[1], first.shape[3])
+        k_buf = first.new_empty((b, h, length + cls._room(length), d))
+        v_buf = torch.empty_like(k_buf)
+        row = 0
+        for keys, values in parts:
+            n, pad = keys.shape[0], length - keys.shape[2]
+            for buf, src in ((k_buf, keys), (v_buf, values)):
+                buf[row : row + n, :, :pad] = 0  # masked, but must not be NaN
+                buf[row : row + n, :, pad:length] = src
+            row += n
+        return cls(k_buf[:, :, :length], v_buf[:, :, :length], (k_buf, v_buf))
+
+    @classmethod
+    def _room(cls, n: int) -> int:
+        return max(cls.ROOM, n // 4)
+
     def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         b, h, n, d = keys.shape
-        room = max(self.ROOM, n)
+        room = self._room(n)
         self._k, self._v = (
             keys.new_empty((b, h, n + room, d)),
             values.new_empty((b, h, n + room, d)),
@@ -103,13 +121,10 @@ class BatchState:
         assert self.mask is not None and self.pos is not None
         length = max(self.mask.shape[1], mask.shape[1])
         self.cache.layers = [
-            GrowingLayer(
-                torch.cat([_pad_left(old.keys, length, 2), _pad_left(new.keys, length, 2)]),
-                torch.cat([_pad_left(old.values, length, 2), _pad_left(new.values, length, 2)]),
-            )
+            GrowingLayer.stacked([(old.keys, old.values), (new.keys, new.values)], length)
             for old, new in zip(self.cache.layers, cache.layers, strict=True)
         ]
-        self.mask = torch.cat([_pad_left(self.mask, length, 1), _pad_left(mask, length, 1)])
+        self.mask = torch.cat([_pad_mask(self.mask, length), _pad_mask(mask, length)])
         self.pos = torch.cat([self.pos, pos])
         self.rows.extend(seqs)
 
@@ -128,7 +143,13 @@ class BatchState:
         start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
         self.mask = self.mask[:, start:]
         self.cache.layers = [
-            GrowingLayer(layer.keys[idx, :, start:], layer.values[idx, :, start:])
+            GrowingLayer.stacked(
+                [
+                    (layer.keys[i : i + 1, :, start:], layer.values[i : i + 1, :, start:])
+                    for i in keep
+                ],
+                self.mask.shape[1],
+            )
             for layer in self.cache.layers
         ]
 

@@ -63,6 +63,10 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
         from inference.quant import quantize_int4
 
         model = quantize_int4(model)
+    elif device.type == "cpu":
+        from inference.quant import tile_prefill
+
+        model = tile_prefill(model)
     return model, tok
 
 

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
 FEW_ROWS = 8
+TILE = 128  # rows per bf16 matmul call in a prefill: see invariant_linear
 _dense = threading.local()
 
 
@@ -75,7 +76,7 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
         if not _few_rows(x):
-            return F.linear(x, self.dense, self.bias)
+            return _many_rows(x, self.dense, self.bias)
         flat = x.reshape(-1, self.in_features)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             flat, self.packed, self.group, self.scales_zeros
@@ -100,11 +101,37 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
         if not _few_rows(x):
-            return F.linear(x, self.weight)
+            return _many_rows(x, self.weight, None)
         flat = x.reshape(-1, self.in_features)
         return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(
             *x.shape[:-1], self.out_features
         )
+
+
+def invariant_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """F.linear, each output row with the same bits whatever rows come with it in the call.
+
+    oneDNN picks its bfloat16 kernel by the call's row count, and on CPUs with AMX (Intel
+    Sapphire Rapids and later) the kernels for different counts sum in different orders: a
+    prompt's KV, and so a greedy reply, would change with the chunk size, the prompts packed
+    beside it and the cached prefix. Calls of exactly TILE rows (the last one zero padded)
+    always take the same kernel, which is as fast for hundreds of rows."""
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    if rows % TILE:
+        flat = torch.cat([flat, flat.new_zeros((TILE - rows % TILE, flat.shape[1]))])
+    out = torch.cat(
+        [F.linear(flat[i : i + TILE], weight, bias) for i in range(0, flat.shape[0], TILE)]
+    )
+    return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _many_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if getattr(_dense, "on", False):  # a prefill: its bits must not depend on the packing
+        return invariant_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def _few_rows(x: torch.Tensor) -> bool:
@@ -124,6 +151,22 @@ def dense_only() -> Iterator[None]:
         yield
     finally:
         _dense.on = before
+
+
+class TiledLinear(nn.Linear):
+    """nn.Linear whose prefill rows get the same bits however they are packed (bfloat16 and
+    float32 models on CPU: invariant_linear)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _many_rows(x, self.weight, self.bias)
+
+
+def tile_prefill(model: Any) -> Any:
+    """Every nn.Linear of `model` multiplies a prefill in fixed tiles, in place."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = TiledLinear
+    return model
 
 
 def quantize_int4(model: Any) -> Any:

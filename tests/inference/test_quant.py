@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from inference.quant import FEW_ROWS, Int4Linear, Int8Linear
+from inference import quant
+from inference.quant import FEW_ROWS, TILE, Int4Linear, Int8Linear
 
 
 def _steps(q: Int4Linear) -> torch.Tensor:
@@ -34,6 +35,26 @@ def test_int4_linear_uses_4bit_weights_for_few_rows_and_the_originals_for_many(r
     got = q(x)
     assert got.shape == (1, rows, 80) and got.dtype == torch.bfloat16
     assert torch.allclose(got.float(), want, atol=0.02, rtol=0.01)  # the two differ by ~0.12
+
+
+def test_a_prefill_rows_bits_do_not_depend_on_the_rows_beside_it() -> None:
+    """A prompt's KV must be the same however its tokens were chunked or packed with others'
+    (on AMX CPUs oneDNN's bf16 kernel for one row count sums in another order than for
+    another: a plain F.linear fails this there)."""
+    torch.manual_seed(2)
+    plain = quant.tile_prefill(torch.nn.Sequential(torch.nn.Linear(576, 256).to(torch.bfloat16)))
+    layers = [
+        plain,
+        Int4Linear(torch.nn.Linear(576, 1536, bias=True)),
+        Int8Linear(torch.randn(4096, 576, dtype=torch.bfloat16)),
+    ]
+    x = torch.randn(3 * TILE + 37, 576, dtype=torch.bfloat16)
+    with quant.dense_only():
+        for layer in layers:
+            whole = layer(x)
+            for start, n in [(0, 16), (5, 16), (17, TILE - 1), (100, TILE + 1), (3, 2 * TILE + 9)]:
+                part = layer(x[start : start + n])
+                assert torch.equal(part, whole[start : start + n]), (layer, start, n)
 
 
 def test_int4_rounds_each_weight_to_within_half_a_step() -> None:

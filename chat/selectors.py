@@ -128,20 +128,18 @@ def conversation_streaming_reply(*, conversation: Conversation) -> Message | Non
     return conversation.messages.filter(status=Message.Status.STREAMING).first()
 
 
-def conversation_is_streaming(*, conversation: Conversation) -> bool:
-    return conversation.messages.filter(status=Message.Status.STREAMING).exists()
-
-
 def message_get(*, user, message_id: uuid.UUID) -> Message:
     return Message.objects.select_related("conversation", "feedback").get(
         pk=message_id, conversation__owner=user
     )
 
 
-def user_streaming_count(*, user_id) -> int:
-    return Message.objects.filter(
+def user_streaming_counts(*, user_id, conversation_id) -> tuple[int, int]:
+    """Replies being written in this conversation, and in all of the user's: one query."""
+    counts = Message.objects.filter(
         conversation__owner_id=user_id, status=Message.Status.STREAMING
-    ).count()
+    ).aggregate(here=Count("pk", filter=Q(conversation_id=conversation_id)), total=Count("pk"))
+    return counts["here"], counts["total"]
 
 
 def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:

@@ -13,14 +13,24 @@ import datetime
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from chat.models import TTFT_BUCKET_FIELDS, TTFT_BUCKETS_MS, Message, TokenQuota, UsageDay
+from chat.models import (
+    TTFT_BUCKET_FIELDS,
+    TTFT_BUCKETS_MS,
+    Message,
+    TokenQuota,
+    UsageDay,
+    UsageEvent,
+)
 
 ENDED_AS_FAILURE = {Message.Status.FAILED, Message.Status.INTERRUPTED}
+# The window of the per-minute limits (UsageEvent rows older than it count for nothing).
+RATE_WINDOW = datetime.timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,14 @@ def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None
         UsageDay.objects.filter(**key).update(**added)
 
 
+def usage_events_prune(now: datetime.datetime | None = None) -> int:
+    """Delete the rate-limit rows older than the window: the relay's sweeper does it every
+    few seconds, so that a send need not (they count for nothing once old)."""
+    cutoff = (now or timezone.now()) - RATE_WINDOW
+    deleted, _ = UsageEvent.objects.filter(created_at__lt=cutoff).delete()
+    return deleted
+
+
 # --- what a user used ----------------------------------------------------------------
 
 
@@ -146,10 +164,20 @@ def _most_generous(values: list[int]) -> int:
 
 
 def user_limits(*, user) -> list[Limit]:
-    """The quotas that apply to the user: their own override, else the most generous of
-    their groups' overrides, else the site's; 0 at any level means no limit."""
-    own = TokenQuota.objects.filter(user=user).first()
-    groups = list(TokenQuota.objects.filter(group__user=user))
+    """The quotas that apply to the user (a user or a user id): their own override, else
+    the most generous of their groups' overrides, else the site's; 0 at any level means no
+    limit. One query for both kinds of override (every send asks)."""
+    user_id = getattr(user, "pk", user)
+    memberships = get_user_model().groups.through.objects.filter(user_id=user_id)
+    overrides = TokenQuota.objects.filter(
+        Q(user_id=user_id) | Q(group_id__in=memberships.values("group_id"))
+    ).order_by("pk")
+    own, groups = None, []
+    for quota in overrides:
+        if quota.user_id is not None:
+            own = own or quota
+        else:
+            groups.append(quota)
     limits = []
     for period, field, setting in PERIODS:
         group_values = [getattr(q, field) for q in groups if getattr(q, field) is not None]
@@ -179,23 +207,28 @@ class QuotaState:
 
 
 def user_quotas(
-    *, user, now: datetime.datetime | None = None, usage: dict | None = None
+    *,
+    user,
+    now: datetime.datetime | None = None,
+    usage: dict | None = None,
+    limits: list[Limit] | None = None,
 ) -> list[QuotaState]:
     usage = usage or user_usage(user=user, now=now)
     used = {"daily": usage["today"]["total_tokens"], "monthly": usage["month"]["total_tokens"]}
     return [
         QuotaState(limit, used[limit.period], resets_at(limit.period, now))
-        for limit in user_limits(user=user)
+        for limit in (limits or user_limits(user=user))
     ]
 
 
 def quota_exceeded(*, user, now: datetime.datetime | None = None) -> QuotaState | None:
-    """The first quota the user has used up, or None. Skips the usage query when no quota
-    applies (the default)."""
+    """The first quota the user (or user id) has used up, or None. Skips the usage query
+    when no quota applies (the default)."""
     limits = user_limits(user=user)
     if all(limit.tokens is None for limit in limits):
         return None
-    return next((q for q in user_quotas(user=user, now=now) if q.exceeded), None)
+    quotas = user_quotas(user=user, now=now, limits=limits)
+    return next((q for q in quotas if q.exceeded), None)
 
 
 def quota_sentence(state: QuotaState, now: datetime.datetime | None = None) -> str:

@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 
+from chat import usage
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
 from chat.models import Message
 from chat.relay import prompt, saving
@@ -278,6 +279,8 @@ class RelayManager:
         while True:
             try:
                 await self.sweep()
+                # Housekeeping that sends used to do each time (services._charge).
+                await sync_to_async(usage.usage_events_prune)()
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)

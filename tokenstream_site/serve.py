@@ -6,8 +6,6 @@
 - A listen backlog of 2048 (daphne's default is Twisted's 50): a burst of new pages (a
   reconnect storm after a restart) otherwise finds its connections refused before the
   process even sees them.
-- Socket writes tried at the end of the loop turn rather than after a round through epoll
-  (tokenstream_site/eager_writes.py; TOKENSTREAM_EAGER_WRITES=0 turns it off).
 - The open-file limit raised to what the system allows (up to 65,536): every open event
   stream is an open file, and the site admits streams up to half of this limit.
 
@@ -46,18 +44,8 @@ def daphne_args(host: str, port: int) -> list[str]:
     return ["-e", f"tcp:port={port}:interface={interface}:backlog={BACKLOG}", APPLICATION]
 
 
-def use_eager_writes() -> bool:
-    if os.environ.get("TOKENSTREAM_EAGER_WRITES", "1") == "0":
-        return False
-    from tokenstream_site import eager_writes
-
-    eager_writes.install()
-    return True
-
-
 def main(argv: list[str]) -> None:
     use_uvloop()
-    use_eager_writes()
     raise_open_file_limit()
     from daphne.cli import CommandLineInterface
 

@@ -171,9 +171,11 @@ def _check_quota(*, user_id) -> None:
 
 def _admit_reply(conversation: Conversation) -> None:
     """Every new reply (send, edit, regenerate, an API call) passes here, under the user's
-    lock: the checks count what committed before, and nothing can slip in between."""
-    here, streaming = selectors.user_streaming_counts(
-        user_id=conversation.owner_id, conversation_id=conversation.pk
+    lock: the checks count what committed before, and nothing can slip in between. The
+    three counts are one statement (selectors.reply_admission_counts)."""
+    user_id = conversation.owner_id
+    here, streaming, recent = selectors.reply_admission_counts(
+        user_id=user_id, conversation_id=conversation.pk, since=timezone.now() - RATE_WINDOW
     )
     if here:
         raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
@@ -182,14 +184,13 @@ def _admit_reply(conversation: Conversation) -> None:
             "You have too many replies being written at once. Wait for one to finish."
         )
     limit = settings.CHAT_MESSAGES_PER_MINUTE
-    _charge(
-        user_id=conversation.owner_id,
-        action=UsageEvent.Action.REPLY,
-        limit=limit,
-        refusal=f"You asked for {limit} replies in the last minute, the most allowed. "
-        "Wait a minute and try again.",
-    )
-    _check_quota(user_id=conversation.owner_id)
+    if recent >= limit:
+        raise RateLimited(
+            f"You asked for {limit} replies in the last minute, the most allowed. "
+            "Wait a minute and try again."
+        )
+    UsageEvent.objects.create(user_id=user_id, action=UsageEvent.Action.REPLY)
+    _check_quota(user_id=user_id)
 
 
 def _new_reply(*, conversation: Conversation, question: Message) -> Message:

@@ -1,6 +1,6 @@
 """ASGI entry point for daphne: Channels' protocol router around Django. Event streams
 are served by chat.streaming.sse without Django's per-request thread; everything else by
-Django, in reused request threads (tokenstream_site/request_threads.py).
+Django.
 The relay manager starts on the server's event loop before the first request."""
 
 import asyncio
@@ -20,7 +20,6 @@ from chat.relay.manager import relay_manager  # noqa: E402
 from chat.streaming import delivery  # noqa: E402
 from chat.streaming.channels import EVENTS_ROUTE  # noqa: E402
 from chat.streaming.sse import ConversationEvents  # noqa: E402
-from tokenstream_site.request_threads import RequestThreads  # noqa: E402
 
 
 class StartRelays:
@@ -38,7 +37,7 @@ class StartRelays:
 http = URLRouter(
     [
         path(EVENTS_ROUTE, AuthMiddlewareStack(ConversationEvents())),
-        re_path(r"", RequestThreads(django_application)),
+        re_path(r"", django_application),
     ]
 )
 

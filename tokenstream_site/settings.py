@@ -109,10 +109,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # rides out a brief lock instead of failing a flush.
     if DATABASES["default"]["NAME"] and DATABASES["default"]["NAME"] != ":memory:":
         private_sqlite(Path(DATABASES["default"]["NAME"]))
-    # Request threads are reused (tokenstream_site/request_threads.py), and so is each
-    # one's connection: opening SQLite and running the PRAGMAs per request showed in the
-    # profile of a burst of sends.
-    DATABASES["default"]["CONN_MAX_AGE"] = env_int("SQLITE_CONN_MAX_AGE", 300)
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "timeout": 20,

@@ -96,11 +96,13 @@ def message_out(message: Message) -> dict:
 
 
 def accepted(sent: services.SentMessage) -> JsonResponse:
+    def out(message: Message) -> dict:
+        if message.id in sent.siblings:
+            return message_json(message, sent.siblings[message.id])
+        return message_out(message)
+
     return JsonResponse(
-        {
-            "user_message": message_out(sent.user_message),
-            "assistant_message": message_out(sent.assistant_message),
-        },
+        {"user_message": out(sent.user_message), "assistant_message": out(sent.assistant_message)},
         status=202,
     )
 
@@ -154,8 +156,11 @@ def conversation_detail(request, conversation_id: uuid.UUID):
 @api_view("POST")
 def conversation_messages(request, conversation_id: uuid.UUID):
     content = message_content(body_of(request))
-    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
-    return accepted(services.message_send(conversation=conversation, content=content))
+    # The service reads the conversation (and checks its owner) under its lock: one read.
+    sent = services.message_send_to(
+        owner_id=request.user.pk, conversation_id=conversation_id, content=content
+    )
+    return accepted(sent)
 
 
 @api_view("POST")

@@ -4,11 +4,11 @@ committed, so the relay always finds its row. Errors say what went wrong in a se
 the user; the API layer alone decides which HTTP status each kind gets."""
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from chat import selectors, usage
@@ -18,7 +18,7 @@ from chat.relay.manager import relay_manager
 from chat.relay.prompt import generation_for
 
 TITLE_CHARS = 60
-RATE_WINDOW = datetime.timedelta(minutes=1)
+RATE_WINDOW = usage.RATE_WINDOW
 
 
 class ServiceError(Exception):
@@ -53,6 +53,9 @@ class QuotaExceeded(RateLimited):
 class SentMessage:
     user_message: Message
     assistant_message: Message
+    # Each message's siblings (ids, oldest first) where the service knew them without a
+    # query; the API reads the others.
+    siblings: dict = field(default_factory=dict)
 
 
 def _check_model(model: str) -> None:
@@ -130,60 +133,69 @@ def _lock_user(user_id) -> None:
     count read and then raised, and without this two requests both read the old count
     (8 simultaneous sends were accepted with a limit of 3). FOR NO KEY UPDATE does not block
     rows that merely reference the user. SQLite needs nothing: its IMMEDIATE transactions
-    already take the database's write lock when they begin."""
+    already take the database's write lock when they begin (so the query is skipped there:
+    Django would run it without the lock)."""
+    if not connection.features.has_select_for_update:
+        return
     user_model = get_user_model()
     list(user_model.objects.select_for_update(no_key=True).filter(pk=user_id).values_list("pk"))
 
 
-def _lock_for_reply(conversation: Conversation) -> Conversation:
-    """The owner first, then the conversation: every writer takes them in this order."""
-    _lock_user(conversation.owner_id)
+def _lock_for_reply(*, owner_id, conversation_id) -> Conversation:
+    """The owner first, then the conversation: every writer takes them in this order.
+    Conversation.DoesNotExist unless the conversation is the owner's (the send view's only
+    read of it: the fields that matter are read here, under the lock)."""
+    _lock_user(owner_id)
     # The conversation too, so two requests cannot both pass the streaming check, nor both
     # move the active leaf.
     # of=("self",): PostgreSQL cannot lock the nullable side of the preset's outer join.
     locked = Conversation.objects.select_for_update(of=("self",)).select_related("preset")
-    return locked.get(pk=conversation.pk)
+    return locked.get(pk=conversation_id, owner_id=owner_id)
 
 
 def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
-    """Count one more `action` in the last minute, or refuse; under the user's lock."""
-    now = timezone.now()
-    since = now - RATE_WINDOW
-    UsageEvent.objects.filter(user_id=user_id, action=action, created_at__lt=since).delete()
+    """Count one more `action` in the last minute, or refuse; under the user's lock. Rows
+    older than the window count for nothing here; the relay's sweeper deletes them
+    (usage.usage_events_prune), not every send."""
+    since = timezone.now() - RATE_WINDOW
     if selectors.user_usage_since(user_id=user_id, action=action, since=since) >= limit:
         raise RateLimited(refusal)
     UsageEvent.objects.create(user_id=user_id, action=action)
 
 
-def _check_quota(*, user) -> None:
-    exceeded = usage.quota_exceeded(user=user)
+def _check_quota(*, user_id) -> None:
+    exceeded = usage.quota_exceeded(user=user_id)
     if exceeded is not None:
         raise QuotaExceeded(usage.quota_sentence(exceeded), exceeded.resets_at)
 
 
 def _admit_reply(conversation: Conversation) -> None:
     """Every new reply (send, edit, regenerate, an API call) passes here, under the user's
-    lock: the checks count what committed before, and nothing can slip in between."""
-    if selectors.conversation_is_streaming(conversation=conversation):
+    lock: the checks count what committed before, and nothing can slip in between. The
+    three counts are one statement (selectors.reply_admission_counts)."""
+    user_id = conversation.owner_id
+    here, streaming, recent = selectors.reply_admission_counts(
+        user_id=user_id, conversation_id=conversation.pk, since=timezone.now() - RATE_WINDOW
+    )
+    if here:
         raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
-    streaming = selectors.user_streaming_count(user_id=conversation.owner_id)
     if streaming >= settings.CHAT_MAX_STREAMING_PER_USER:
         raise RateLimited(
             "You have too many replies being written at once. Wait for one to finish."
         )
     limit = settings.CHAT_MESSAGES_PER_MINUTE
-    _charge(
-        user_id=conversation.owner_id,
-        action=UsageEvent.Action.REPLY,
-        limit=limit,
-        refusal=f"You asked for {limit} replies in the last minute, the most allowed. "
-        "Wait a minute and try again.",
-    )
-    _check_quota(user=conversation.owner)
+    if recent >= limit:
+        raise RateLimited(
+            f"You asked for {limit} replies in the last minute, the most allowed. "
+            "Wait a minute and try again."
+        )
+    UsageEvent.objects.create(user_id=user_id, action=UsageEvent.Action.REPLY)
+    _check_quota(user_id=user_id)
 
 
-def _reply_create(*, conversation: Conversation, question: Message) -> Message:
-    reply = Message.objects.create(
+def _new_reply(*, conversation: Conversation, question: Message) -> Message:
+    """An unsaved streaming reply to `question`; its relay starts once it is committed."""
+    reply = Message(
         conversation=conversation,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
@@ -192,17 +204,26 @@ def _reply_create(*, conversation: Conversation, question: Message) -> Message:
         model=conversation.model or settings.INFERENCE_MODEL,
         generation=generation_for(conversation),
     )
+    # A new reply has no feedback: the presenter need not ask the database.
+    Message.feedback.related.set_cached_value(reply, None)
     transaction.on_commit(lambda: relay_manager.launch(reply.id))
+    return reply
+
+
+def _reply_create(*, conversation: Conversation, question: Message) -> Message:
+    reply = _new_reply(conversation=conversation, question=question)
+    reply.save(force_insert=True)
     return reply
 
 
 def _question_and_reply(*, conversation: Conversation, parent_id, content: str) -> SentMessage:
     """A question under parent_id (None: a first message) and its streaming reply, which
-    becomes the end of the active path."""
-    question = Message.objects.create(
+    becomes the end of the active path. Both rows in one INSERT (their ids are made here)."""
+    question = Message(
         conversation=conversation, role=Message.Role.USER, content=content, parent_id=parent_id
     )
-    reply = _reply_create(conversation=conversation, question=question)
+    reply = _new_reply(conversation=conversation, question=question)
+    Message.objects.bulk_create([question, reply])
     conversation.active_leaf = reply
     if not conversation.title:
         conversation.title = title_from(content)
@@ -212,14 +233,27 @@ def _question_and_reply(*, conversation: Conversation, parent_id, content: str) 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:
     """A new question at the end of the active path, and its reply."""
+    return message_send_to(
+        owner_id=conversation.owner_id, conversation_id=conversation.pk, content=content
+    )
+
+
+def message_send_to(*, owner_id, conversation_id, content: str) -> SentMessage:
+    """message_send by ids: Conversation.DoesNotExist unless the conversation is the
+    owner's. The tree read under the lock also gives the new messages' siblings."""
     with transaction.atomic():
-        conversation = _lock_for_reply(conversation)
+        conversation = _lock_for_reply(owner_id=owner_id, conversation_id=conversation_id)
         _admit_reply(conversation)
-        path = selectors.conversation_tree(conversation=conversation).active_path(
-            conversation.active_leaf_id
-        )
+        tree = selectors.conversation_tree(conversation=conversation)
+        path = tree.active_path(conversation.active_leaf_id)
         parent_id = path[-1] if path else None
-        return _question_and_reply(conversation=conversation, parent_id=parent_id, content=content)
+        sent = _question_and_reply(conversation=conversation, parent_id=parent_id, content=content)
+    question, reply = sent.user_message, sent.assistant_message
+    siblings = {
+        question.id: [*tree.children.get(parent_id, []), question.id],
+        reply.id: [reply.id],
+    }
+    return SentMessage(user_message=question, assistant_message=reply, siblings=siblings)
 
 
 def reply_regenerate(*, reply: Message) -> Message:
@@ -227,7 +261,9 @@ def reply_regenerate(*, reply: Message) -> Message:
     if reply.role != Message.Role.ASSISTANT or reply.parent_id is None:
         raise ServiceError("Only a reply of the assistant can be regenerated.")
     with transaction.atomic():
-        conversation = _lock_for_reply(reply.conversation)
+        conversation = _lock_for_reply(
+            owner_id=reply.conversation.owner_id, conversation_id=reply.conversation_id
+        )
         _admit_reply(conversation)
         new_reply = _reply_create(conversation=conversation, question=reply.parent)
         conversation.active_leaf = new_reply
@@ -241,7 +277,9 @@ def message_edit(*, message: Message, content: str) -> SentMessage:
     if message.role != Message.Role.USER:
         raise ServiceError("Only your own messages can be edited.")
     with transaction.atomic():
-        conversation = _lock_for_reply(message.conversation)
+        conversation = _lock_for_reply(
+            owner_id=message.conversation.owner_id, conversation_id=message.conversation_id
+        )
         _admit_reply(conversation)
         return _question_and_reply(
             conversation=conversation, parent_id=message.parent_id, content=content

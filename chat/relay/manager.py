@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 
+from chat import usage
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
 from chat.models import Message
 from chat.relay import prompt, saving
@@ -23,7 +24,15 @@ from chat.relay.metrics import METRICS
 from chat.relay.reply import CANCELLED, Reply, final_state, reply_usage
 from chat.relay.stop import StopSignals, asend_stop
 from chat.streaming import memory_log
-from chat.streaming.publish import apublish, message_error_data
+from chat.streaming.channels import channel_for
+from chat.streaming.publish import (
+    apublish,
+    apublish_token,
+    local_delivery,
+    message_error_data,
+    publish_encoded,
+    token_data,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +125,8 @@ class RelayManager:
             owner_id=message.conversation.owner_id,
             source=message.conversation.source,
             prompt_estimate=prompt.request_tokens(request),
+            timestamps=settings.RELAY_EVENT_TIMESTAMPS,
+            local=local_delivery(),
         )
         reply.model = request.model or await get_client().default_model()
         METRICS.relay_started()
@@ -174,17 +185,45 @@ class RelayManager:
                         reply.deltas += 1
                         reply.produced_at = item.produced_at
                         reply.buffer.append(item.text)
-                        reply.wake.set()
+                        self._wake(reply)
                     elif isinstance(item, Finish):
                         reply.finish = item
         finally:
             reply.done = True
             reply.wake.set()
 
+    def _wake(self, reply: Reply) -> None:
+        """Text arrived. With Redis the publisher task sends it (publishing awaits a thread).
+        On one process publishing never waits, so a callback at the end of this loop turn
+        sends whatever the turn brought as one event: no task to wake for every token."""
+        if not reply.local:
+            reply.wake.set()
+        elif not reply.publish_pending:
+            reply.publish_pending = True
+            asyncio.get_running_loop().call_soon(self._publish_now, reply)
+
+    def _publish_now(self, reply: Reply) -> None:
+        reply.publish_pending = False
+        if not reply.buffer or reply.publish_error is not None:
+            return
+        text = "".join(reply.buffer)
+        reply.buffer.clear()
+        try:
+            stamp = reply.produced_at if reply.timestamps else None
+            data = token_data(reply.data_prefix, reply.seq, text, stamp)
+            publish_encoded(channel_for(reply.conversation_id), "token", data)
+        except Exception as exc:  # the publisher task raises it, and the relay ends the reply
+            reply.publish_error = exc
+            reply.wake.set()
+            return
+        self._token_sent(reply, text)
+
     async def _publisher(self, reply: Reply) -> None:
         while True:
             await reply.wake.wait()
             reply.wake.clear()
+            if reply.publish_error is not None:
+                raise reply.publish_error
             if reply.buffer:
                 text = "".join(reply.buffer)
                 reply.buffer.clear()
@@ -193,10 +232,11 @@ class RelayManager:
                 return
 
     async def _emit_token(self, reply: Reply, text: str) -> None:
-        data = {"message_id": str(reply.message_id), "seq": reply.seq, "text": text}
-        if settings.RELAY_EVENT_TIMESTAMPS and reply.produced_at is not None:
-            data["produced_at"] = reply.produced_at
-        await apublish(reply.conversation_id, "token", data)
+        stamp = reply.produced_at if reply.timestamps else None
+        await apublish_token(reply.conversation_id, reply.data_prefix, reply.seq, text, stamp)
+        self._token_sent(reply, text)
+
+    def _token_sent(self, reply: Reply, text: str) -> None:
         reply.parts.append(text)
         self._tell(reply.message_id, ("token", text))
         reply.seq += 1
@@ -278,6 +318,8 @@ class RelayManager:
         while True:
             try:
                 await self.sweep()
+                # Housekeeping that sends used to do each time (services._charge).
+                await sync_to_async(usage.usage_events_prune)()
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)

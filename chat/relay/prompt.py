@@ -82,11 +82,11 @@ def _history(reply: Message, budget: int) -> list[dict]:
     """The newest turns, read until they alone overflow the budget (trim_to_budget then
     decides what of the last one read stays)."""
     turns, used = [], 0
-    for message in selectors.prompt_history_newest_first(reply=reply):
-        if not message.content:
+    for role, content in selectors.prompt_history_newest_first(reply=reply):
+        if not content:
             continue
-        turns.append({"role": message.role, "content": message.content})
-        used += estimate_tokens(message.content)
+        turns.append({"role": role, "content": content})
+        used += estimate_tokens(content)
         if used > budget:
             break
     turns.reverse()

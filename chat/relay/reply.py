@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from chat.inference_client import Finish, InferenceError
 from chat.models import Message
 from chat.rates import decode_rate
-from chat.streaming.publish import message_error_data
+from chat.streaming.publish import message_error_data, token_data_prefix
 from chat.usage import ReplyUsage
 
 CANCELLED = "cancelled"
@@ -36,6 +36,18 @@ class Reply:
     finish: Finish | None = None
     done: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Made once per reply rather than per token: the start of each token event's data, and
+    # whether token events carry the server's clock (RELAY_EVENT_TIMESTAMPS).
+    data_prefix: str = ""
+    timestamps: bool = False
+    # One process: tokens are published by a callback at the end of the loop turn in which
+    # they arrived (see RelayManager._wake), not by waking the publisher task.
+    local: bool = False
+    publish_pending: bool = False
+    publish_error: Exception | None = None
+
+    def __post_init__(self) -> None:
+        self.data_prefix = token_data_prefix(self.message_id)
 
     @property
     def content(self) -> str:

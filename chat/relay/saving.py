@@ -43,16 +43,19 @@ def reply_finish(*, message_id: uuid.UUID, fields: dict, usage: ReplyUsage | Non
 
     Counted only when the reply leaves `streaming` here (or its conversation was deleted
     meanwhile: the tokens were still used). A reply the sweeper already marked interrupted
-    (its relay could not write for RELAY_STALE_AFTER) was counted by the sweeper."""
+    (its relay could not write for RELAY_STALE_AFTER) was counted by the sweeper.
+
+    The UPDATE that finds the reply still streaming is also the one that ends it (on
+    PostgreSQL it waits for the sweeper's row lock and then checks the status again), so
+    the usual case is one statement rather than a locking read and then the write."""
+    now = timezone.now()
+    reply = Message.objects.filter(pk=message_id)
     with transaction.atomic():
-        status = (
-            Message.objects.select_for_update(of=("self",))
-            .filter(pk=message_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-        Message.objects.filter(pk=message_id).update(updated_at=timezone.now(), **fields)
-        if usage is not None and status in (None, Message.Status.STREAMING):
+        ended_here = reply.filter(status=Message.Status.STREAMING).update(updated_at=now, **fields)
+        if not ended_here:
+            # Interrupted by the sweeper (already counted), or deleted (counted below).
+            ended_here = not reply.update(updated_at=now, **fields)
+        if usage is not None and ended_here:
             usage_record(usage=usage)
 
 

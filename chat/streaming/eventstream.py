@@ -25,6 +25,9 @@ from django_eventstream.storage import EventDoesNotExist, StorageBase
 from django_eventstream.utils import get_storage, make_id, parse_last_event_id
 from django_eventstream.views import Listener, get_listener_manager
 
+# One per process (a module global of django-eventstream's views).
+listener_manager = get_listener_manager()
+
 __all__ = [
     "ChannelManagerBase",
     "Event",
@@ -33,6 +36,7 @@ __all__ = [
     "StorageBase",
     "Subscription",
     "append_and_notify",
+    "encode",
     "id_prefix",
     "parse_resume_ids",
     "redis_feed",
@@ -44,6 +48,8 @@ __all__ = [
 # Events a subscription may have queued before it must re-read the log (django-eventstream's
 # own limit is 10; the log makes overflow harmless, this only makes it rarer).
 QUEUE_LIMIT = 1000
+# uvloop's timers ring to the millisecond: one may ring a hair before its deadline.
+TIMER_TOLERANCE = 0.005
 
 
 def storage() -> StorageBase:
@@ -61,13 +67,19 @@ def parse_resume_ids(raw: str) -> dict[str, str]:
     return parse_last_event_id(raw)
 
 
-def append_and_notify(channel: str, event_type: str, data: dict) -> Event:
-    """Append to the log and queue for this process's subscriptions, waking them.
+def encode(data: dict) -> str:
+    """An event's data as the log keeps it (what send_event would store)."""
+    return json.dumps(data, cls=DjangoJSONEncoder)
+
+
+def append_and_notify(log: StorageBase, channel: str, event_type: str, data: str) -> Event:
+    """Append `data` (JSON text, see `encode`) to `log` and queue the event for this
+    process's subscriptions, waking them.
 
     Only from the event loop's thread, where every subscription waits: this skips what
     `send_event` adds (a GRIP publish nothing receives, a cross-thread wake-up)."""
-    event = get_storage().append_event(channel, event_type, json.dumps(data, cls=DjangoJSONEncoder))
-    manager = get_listener_manager()
+    event = log.append_event(channel, event_type, data)
+    manager = listener_manager
     with manager.lock:
         for listener in manager.listeners_by_channel.get(channel, ()):
             queued = listener.channel_items.setdefault(channel, [])
@@ -88,19 +100,23 @@ class Subscription:
         self.listener = Listener()
         self.listener.user_id = user_id
         self.listener.channels = {channel}
+        self.timer: asyncio.TimerHandle | None = None
 
     def open(self) -> None:
         self.listener.assign_loop()
-        get_listener_manager().add_listener(self.listener)
+        listener_manager.add_listener(self.listener)
 
     def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.listener.aevent.set()
-        get_listener_manager().remove_listener(self.listener)
+        listener_manager.remove_listener(self.listener)
 
     def take(self) -> tuple[list[Event], bool]:
         """The queued events and the overflow flag, leaving the queue empty."""
         listener = self.listener
-        with get_listener_manager().lock:
+        with listener_manager.lock:
             items = listener.channel_items.get(self.channel, [])
             overflow = listener.overflow
             listener.aevent.clear()
@@ -112,21 +128,34 @@ class Subscription:
         """True when something was queued, False after `timeout` seconds of quiet.
 
         Not asyncio.wait_for: on Python 3.11 it wraps the wait in a new task every call,
-        which at thousands of events a second was a visible part of the site's CPU."""
-        event = self.listener.aevent
+        which at thousands of events a second was a visible part of the site's CPU. Nor a
+        timer per wait: one timer stays armed across waits, and when it rings before this
+        wait's quiet is over (it was armed by an earlier wait) it is armed again for the
+        rest, so a busy stream sets one timer per `timeout` instead of one per event."""
+        listener = self.listener
+        event = listener.aevent
         if event.is_set():
             return True
-        timer = asyncio.get_running_loop().call_later(timeout, event.set)
-        try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if self.timer is None:
+                self.timer = loop.call_at(deadline, self._ring)
             await event.wait()
-        finally:
-            timer.cancel()
-        return bool(self.listener.channel_items) or self.listener.overflow
+            if listener.channel_items or listener.overflow:
+                return True
+            if loop.time() >= deadline - TIMER_TOLERANCE:
+                return False
+            event.clear()  # an earlier wait's timer rang: the quiet is not over yet
+
+    def _ring(self) -> None:
+        self.timer = None
+        self.listener.aevent.set()
 
 
 def wake_every_subscription() -> None:
     """Make every open stream of this process re-read the log (after missed deliveries)."""
-    manager = get_listener_manager()
+    manager = listener_manager
     with manager.lock:
         listeners = {one for group in manager.listeners_by_channel.values() for one in group}
         for listener in listeners:
@@ -156,7 +185,7 @@ class RedisFeed:
 def redis_feed() -> RedisFeed | None:
     """The Redis feed when EVENTSTREAM_REDIS is set, claimed so django-eventstream does not
     start its own lazily (it would miss events published before its first listener)."""
-    manager = get_listener_manager()
+    manager = listener_manager
     if manager.redis_listener is None:
         return None
     manager.redis_listener_started = True

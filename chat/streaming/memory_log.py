@@ -19,6 +19,8 @@ import time
 from collections import OrderedDict
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from chat.streaming.eventstream import ChannelManagerBase, Event, EventDoesNotExist, StorageBase
 
@@ -93,19 +95,38 @@ def _evict(keep: _ChannelLog) -> None:
         _bytes -= keep.drop_oldest(max(1, len(keep.events) // 8))
 
 
+_limits: tuple[int, int] | None = None
+
+
+def _bounds() -> tuple[int, int]:
+    """(events kept per channel, bytes in all), read from the settings once: a lazy
+    settings lookup per token event showed in the profile."""
+    global _limits
+    if _limits is None:
+        _limits = (settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL, settings.EVENTLOG_MAX_BYTES)
+    return _limits
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs) -> None:
+    global _limits
+    _limits = None
+
+
 class MemoryEventStorage(StorageBase):
     def append_event(self, channel, event_type, data):
         global _bytes
-        limit = settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL
+        limit, max_bytes = _bounds()
         with _lock:
             log = _log_for(channel)
             event = Event(channel, event_type, data, id=log.current_id + 1)
             log.events.append(event)
-            log.bytes += _size(event)
-            _bytes += _size(event)
+            size = _size(event)
+            log.bytes += size
+            _bytes += size
             if len(log.events) > limit + limit // 4:
                 _bytes -= log.drop_oldest(len(log.events) - limit)
-            if _bytes > settings.EVENTLOG_MAX_BYTES:
+            if _bytes > max_bytes:
                 _evict(log)
         return event
 

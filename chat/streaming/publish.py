@@ -4,27 +4,56 @@ On one process (the in-memory log, no Redis) an event is appended and handed to 
 subscriptions on the event loop itself; at 4,000 tokens/s what `send_event` does besides
 was a large part of the site's CPU. With Redis, `send_event` runs in a thread: it makes
 network calls (the shared log, then pub/sub to every process).
+
+Which of the two applies is read from the settings once, not per event (a missing
+setting's lookup through Django's lazy settings raised and caught AttributeError for every
+token), and read again whenever a test changes a setting.
 """
+
+import json
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 from chat.streaming import eventstream
 from chat.streaming.channels import channel_for
 
 MEMORY_LOG = "chat.streaming.memory_log.MemoryEventStorage"
 
+_local: bool | None = None
+_storage = None
+
 
 def local_delivery() -> bool:
     """One process: events go to the in-memory log and local subscriptions, no Redis."""
-    return settings.EVENTSTREAM_STORAGE_CLASS == MEMORY_LOG and not hasattr(
-        settings, "EVENTSTREAM_REDIS"
-    )
+    global _local
+    if _local is None:
+        _local = settings.EVENTSTREAM_STORAGE_CLASS == MEMORY_LOG and not hasattr(
+            settings, "EVENTSTREAM_REDIS"
+        )
+    return _local
+
+
+@receiver(setting_changed)
+def _settings_changed(**kwargs) -> None:
+    global _local, _storage
+    _local = _storage = None
 
 
 def publish_on_loop(conversation_id, event_type: str, data: dict) -> None:
     """Only from the event loop's thread, and only with local delivery."""
-    eventstream.append_and_notify(channel_for(conversation_id), event_type, data)
+    publish_encoded(channel_for(conversation_id), event_type, eventstream.encode(data))
+
+
+def publish_encoded(channel: str, event_type: str, data: str) -> None:
+    """publish_on_loop for data already JSON (a token event is built as text)."""
+    global _storage
+    if _storage is None:
+        # The in-memory log keeps its state in its module: one instance serves every thread.
+        _storage = eventstream.storage()
+    eventstream.append_and_notify(_storage, channel, event_type, data)
 
 
 async def apublish(conversation_id, event_type: str, data: dict) -> None:
@@ -35,6 +64,29 @@ async def apublish(conversation_id, event_type: str, data: dict) -> None:
         await sync_to_async(eventstream.send_event, thread_sensitive=False)(
             channel, event_type, data
         )
+
+
+async def apublish_token(
+    conversation_id, prefix: str, seq: int, text: str, produced_at: float | None
+) -> None:
+    """A `token` event (prefix: token_data_prefix of its reply)."""
+    data = token_data(prefix, seq, text, produced_at)
+    if local_delivery():
+        publish_encoded(channel_for(conversation_id), "token", data)
+    else:
+        await apublish(conversation_id, "token", json.loads(data))
+
+
+def token_data_prefix(message_id) -> str:
+    """The start of every `token` event's data of one reply, made once per reply."""
+    return f'{{"message_id": {json.dumps(str(message_id))}, "seq": '
+
+
+def token_data(prefix: str, seq: int, text: str, produced_at: float | None = None) -> str:
+    """What json.dumps({"message_id", "seq", "text"[, "produced_at"]}) writes, built
+    without encoding the same message id and keys for every token."""
+    stamp = "" if produced_at is None else f', "produced_at": {json.dumps(produced_at)}'
+    return f'{prefix}{seq}, "text": {json.dumps(text)}{stamp}}}'
 
 
 def message_error_data(message_id, error: str, retryable: bool) -> dict:

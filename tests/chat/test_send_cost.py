@@ -1,0 +1,63 @@
+"""What one send costs the database: the send path is the site's busiest write, and a query
+added to it is paid by every message (bench/README.md, the relay's cost per send)."""
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from chat import usage
+from chat.models import Conversation, UsageEvent
+from tests.support.api import finish_replies, post
+
+# Session and user (2), BEGIN and COMMIT (2), the conversation under its lock, the streaming
+# and rate counts (one statement), the rate row, the quota overrides, the tree, both
+# messages in one INSERT, the conversation's new leaf and title.
+SEND_QUERIES = 11
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_takes_at_most_eleven_queries(api, user, django_assert_max_num_queries):
+    conversation = Conversation.objects.create(owner=user)
+    path = f"/api/conversations/{conversation.pk}/messages/"
+    assert post(api, path, {"content": "first"}).status_code == 202
+    finish_replies()
+    with django_assert_max_num_queries(SEND_QUERIES):
+        response = post(api, path, {"content": "second"})
+    assert response.status_code == 202
+    body = response.json()
+    question, reply = body["user_message"], body["assistant_message"]
+    # The siblings come from the tree read under the lock, not from a query per message.
+    assert question["siblings"] == [question["id"]]
+    assert reply["siblings"] == [reply["id"]] and reply["feedback"] is None
+    assert question["parent_id"] is not None and reply["parent_id"] == question["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_still_lists_the_old_question_as_a_sibling(api, user):
+    conversation = Conversation.objects.create(owner=user)
+    path = f"/api/conversations/{conversation.pk}/messages/"
+    first = post(api, path, {"content": "first"}).json()["user_message"]
+    finish_replies()
+    edited = post(api, f"/api/messages/{first['id']}/edit/", {"content": "again"}).json()
+    assert edited["user_message"]["siblings"] == [first["id"], edited["user_message"]["id"]]
+
+
+@pytest.mark.django_db
+def test_another_users_conversation_is_404_and_charges_nothing(api, make_user):
+    theirs = Conversation.objects.create(owner=make_user("other"))
+    response = post(api, f"/api/conversations/{theirs.pk}/messages/", {"content": "hi"})
+    assert response.status_code == 404
+    assert not UsageEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_sweepers_prune_deletes_only_rate_rows_older_than_the_window(user):
+    now = timezone.now()
+    old = UsageEvent.objects.create(user=user, action=UsageEvent.Action.REPLY)
+    recent = UsageEvent.objects.create(user=user, action=UsageEvent.Action.REPLY)
+    UsageEvent.objects.filter(pk=old.pk).update(
+        created_at=now - usage.RATE_WINDOW - datetime.timedelta(seconds=1)
+    )
+    assert usage.usage_events_prune(now) == 1
+    assert list(UsageEvent.objects.values_list("pk", flat=True)) == [recent.pk]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from inference.decode_step import DecodeStep, supports
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
@@ -145,6 +146,8 @@ class TransformersBackend:
         self.eos_ids = eos_ids
         self.batch = BatchState()
         self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
+        # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits
+        self.fast = DecodeStep(model) if supports(model) else None
 
     def is_eos(self, token_id: int) -> bool:
         return token_id in self.eos_ids
@@ -183,15 +186,18 @@ class TransformersBackend:
             [[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device
         )
         b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
-        out = self.model(
-            input_ids=last,
-            attention_mask=b.mask,
-            position_ids=b.pos[:, None],
-            past_key_values=b.cache,
-            use_cache=True,
-        )
+        if self.fast is not None and self.fast.handles(len(seqs)):
+            logits = self.fast.step(last, b.mask, b.pos[:, None], b.cache)
+        else:
+            logits = self.model(
+                input_ids=last,
+                attention_mask=b.mask,
+                position_ids=b.pos[:, None],
+                past_key_values=b.cache,
+                use_cache=True,
+            ).logits
         b.pos = b.pos + 1
-        return sample(out.logits[:, -1], seqs)
+        return sample(logits[:, -1], seqs)
 
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)

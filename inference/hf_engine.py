@@ -139,9 +139,16 @@ class BatchState:
 
 class TransformersBackend:
     def __init__(
-        self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0
+        self,
+        model: Any,
+        eos_ids: set[int],
+        chunk_tokens: int = 0,
+        cache_bytes: int = 0,
+        decode_threads: int = 0,
     ) -> None:
+        """`decode_threads`: torch threads for a step of one sequence (0: as they are)."""
         self.model = model
+        self.decode_threads = decode_threads
         self.device = model.device
         self.eos_ids = eos_ids
         self.batch = BatchState()
@@ -186,18 +193,28 @@ class TransformersBackend:
             [[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device
         )
         b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
-        if self.fast is not None and self.fast.handles(len(seqs)):
-            logits = self.fast.step(last, b.mask, b.pos[:, None], b.cache)
-        else:
-            logits = self.model(
-                input_ids=last,
-                attention_mask=b.mask,
-                position_ids=b.pos[:, None],
-                past_key_values=b.cache,
-                use_cache=True,
-            ).logits
+        threads = torch.get_num_threads()
+        if len(seqs) == 1 and self.decode_threads:
+            torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
+        try:
+            logits = self._forward(last, b.mask, b.pos[:, None], b.cache)
+        finally:
+            torch.set_num_threads(threads)
         b.pos = b.pos + 1
         return sample(logits[:, -1], seqs)
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        if self.fast is not None and self.fast.handles(ids.shape[0]):
+            return self.fast.step(ids, mask, pos, cache)
+        return self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
 
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)
@@ -261,6 +278,7 @@ class TransformersEngine(Engine):
             eos_ids(self.model, self.tokenizer),
             s.prefill_chunk_tokens,
             s.prefix_cache_mb * 2**20,
+            s.decode_threads,
         )
 
     def cache_stats(self) -> Any:

@@ -159,8 +159,8 @@ def report(
     print(f"{'server':<18} {'tok/s':>7} {'decode':>7} {'MiB/tok':>8} {'limit':>7} {'fraction':>8}")
     medians: dict[str, float] = {}
     for name, runs in results.items():
-        if not runs:
-            print(f"{name:<18} did not start")
+        if not runs or not any(r.tokens for r in runs):
+            print(f"{name:<18} did not start or answered nothing")
             continue
         rate = _median([r.rate for r in runs])
         decode = _median([decode_rate(r) for r in runs])

@@ -130,7 +130,7 @@ class DecodeStep:
     ) -> torch.Tensor:
         b, d = h.shape[0], self.head_dim
         x = _rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
-        q, k, v = layer.qkv(x).split(layer.qkv.sizes, dim=-1)
+        q, k, v = _int4(layer.qkv, x).split(layer.qkv.sizes, dim=-1)
         q = _rotate(q.view(b, 1, self.heads, d).transpose(1, 2), cos, sin)
         k = _rotate(k.view(b, 1, self.kv_heads, d).transpose(1, 2), cos, sin)
         v = v.view(b, 1, self.kv_heads, d).transpose(1, 2)
@@ -139,12 +139,13 @@ class DecodeStep:
         out = out.reshape(b, -1)
         h = h + _int4(layer.o, out).view(b, 1, -1)
         x = _rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
-        gate, up = layer.gate_up(x).split(layer.gate_up.sizes, dim=-1)
+        gate, up = _int4(layer.gate_up, x).split(layer.gate_up.sizes, dim=-1)
         return h + _int4(layer.down, F.silu(gate) * up).view(b, 1, -1)
 
 
-def _int4(linear: quant.Int4Linear, flat: torch.Tensor) -> torch.Tensor:
-    """Int4Linear's few-rows path, called directly (flat [rows, in] in bfloat16)."""
+def _int4(linear: quant.Int4Linear | quant.FusedInt4, flat: torch.Tensor) -> torch.Tensor:
+    """The 4-bit kernel on flat [rows, in] bfloat16, without a module call: Int4Linear's
+    few-rows path, or FusedInt4's forward."""
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(
         flat, linear.packed, linear.group, linear.scales_zeros
     )

@@ -2,7 +2,7 @@
 4-bit kernel vs the same layers' bfloat16 weights (inference/quant.py's FEW_ROWS), and what
 the lean decode step (inference/decode_step.py) adds over transformers' forward.
 
-    .venv/bin/python -m bench.decode_rows --batches 1,2,4,8,12,16
+    .venv/bin/python -m bench.decode_rows --batches 1,2,4,8,12,16 [--threads 1]
 
 Runs our backend's prefill + decode steps directly (no scheduler thread, no HTTP); the
 paths alternate, and each figure is the median of --rounds runs. bench/README.md keeps the
@@ -64,8 +64,9 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2,4,8,12,16")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     args = ap.parse_args()
-    loaded = prepare_model(Settings(model="", dtype="int4", device="cpu"))
+    loaded = prepare_model(Settings(model="", dtype="int4", device="cpu", threads=args.threads))
     backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
     lean = backend.fast
     print(f"{'batch':>5} {'bf16 weights':>13} {'4-bit kernel':>13} {'+ lean step':>12}", end="")

@@ -234,23 +234,7 @@ def start_modes(
     """Every server in its own process, as deployed (the site is another process)."""
     http = {
         "batched HTTP": stack.enter_context(
-            server_process(
-                [
-                    sys.executable,
-                    "-m",
-                    "inference",
-                    "--dtype",
-                    args.dtype,
-                    "--max-batch",
-                    str(max(levels)),
-                    "--max-queue",
-                    "256",
-                    "--log-level",
-                    "warning",
-                ],
-                "/ready",
-                port_flag="--port",
-            )
+            server_process(*our_server_cmd(args.dtype, max(levels)), port_flag="--port")
         )
     }
     if not args.skip_seed:
@@ -262,28 +246,8 @@ def start_modes(
             )
         )
     if args.llama_python:
-        from inference.model_store import bundled_gguf
-
-        # all cores, one request at a time: with its default interrupt_requests it cuts
-        # concurrent streams off mid-body
         http["llama-cpp-python server"] = stack.enter_context(
-            server_process(
-                [
-                    args.llama_python,
-                    "-m",
-                    "llama_cpp.server",
-                    "--model",
-                    str(bundled_gguf()),
-                    "--host",
-                    "127.0.0.1",
-                    "--n_ctx",
-                    "4096",
-                    "--interrupt_requests",
-                    "False",
-                ],
-                "/v1/models",
-                port_flag="--port",
-            )
+            server_process(*llama_server_cmd(args.llama_python), port_flag="--port")
         )
     modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
     for letter, fields in zip(LETTERS, args.sampling):
@@ -294,6 +258,21 @@ def start_modes(
 
         modes["transformers CB manager"] = lambda n, tokens: run_hf_manager(loaded, n, tokens)
     return modes
+
+
+def our_server_cmd(dtype: str, max_batch: int) -> tuple[list[str], str]:
+    """`python -m inference` as deployed, and the path that answers once it is ready."""
+    cmd = [sys.executable, "-m", "inference", "--dtype", dtype, "--max-batch", str(max_batch)]
+    return [*cmd, "--max-queue", "256", "--log-level", "warning"], "/ready"
+
+
+def llama_server_cmd(python: str) -> tuple[list[str], str]:
+    """llama-cpp-python's server on the bundled GGUF: all cores, one request at a time (with
+    its default interrupt_requests it cuts concurrent streams off mid-body)."""
+    from inference.model_store import bundled_gguf
+
+    model = ["--model", str(bundled_gguf()), "--host", "127.0.0.1", "--n_ctx", "4096"]
+    return [python, "-m", "llama_cpp.server", *model, "--interrupt_requests", "False"], "/v1/models"
 
 
 def single_stream(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from inference.decode_step import DecodeStep, supports
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
@@ -159,13 +160,22 @@ class BatchState:
 
 class TransformersBackend:
     def __init__(
-        self, model: Any, eos_ids: set[int], chunk_tokens: int = 0, cache_bytes: int = 0
+        self,
+        model: Any,
+        eos_ids: set[int],
+        chunk_tokens: int = 0,
+        cache_bytes: int = 0,
+        decode_threads: int = 0,
     ) -> None:
+        """`decode_threads`: torch threads for a step of one sequence (0: as they are)."""
         self.model = model
+        self.decode_threads = decode_threads
         self.device = model.device
         self.eos_ids = eos_ids
         self.batch = BatchState()
         self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
+        # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits
+        self.fast = DecodeStep(model) if supports(model) else None
 
     def is_eos(self, token_id: int) -> bool:
         return token_id in self.eos_ids
@@ -204,15 +214,28 @@ class TransformersBackend:
             [[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device
         )
         b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
-        out = self.model(
-            input_ids=last,
-            attention_mask=b.mask,
-            position_ids=b.pos[:, None],
-            past_key_values=b.cache,
-            use_cache=True,
-        )
+        threads = torch.get_num_threads()
+        if len(seqs) == 1 and self.decode_threads:
+            torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
+        try:
+            logits = self._forward(last, b.mask, b.pos[:, None], b.cache)
+        finally:
+            torch.set_num_threads(threads)
         b.pos = b.pos + 1
-        return sample(out.logits[:, -1], seqs)
+        return sample(logits[:, -1], seqs)
+
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        if self.fast is not None and self.fast.handles(ids.shape[0]):
+            return self.fast.step(ids, mask, pos, cache)
+        return self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
 
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)
@@ -276,6 +299,7 @@ class TransformersEngine(Engine):
             eos_ids(self.model, self.tokenizer),
             s.prefill_chunk_tokens,
             s.prefix_cache_mb * 2**20,
+            s.decode_threads,
         )
 
     def cache_stats(self) -> Any:

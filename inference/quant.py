@@ -51,22 +51,9 @@ class Int4Linear(nn.Module):
                 f"a multiple of the group size {group}, out_features of {OUT_MULTIPLE}"
             )
         self.in_features, self.out_features, self.group = in_f, out_f, group
-        w = linear.weight.detach().float().reshape(out_f, in_f // group, group)
-        low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-        scale = ((high - low) / 15).clamp(min=1e-8).to(torch.bfloat16)
-        # torch's kernel computes (q - 8) * scale + zero: zero is the group's value at q = 8
-        zero = (low + 8 * scale.float()).to(torch.bfloat16)
-        # codes against the offset as rounded, so its rounding error is absorbed where it can be
-        q = ((w - zero.float()) / scale.float() + 8).round().clamp(0, 15)
-        self.register_buffer(
-            "packed",
-            torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-                q.to(torch.int32).reshape(out_f, in_f), 1
-            ),
-        )
-        self.register_buffer(
-            "scales_zeros", torch.cat([scale, zero], -1).transpose(0, 1).contiguous()
-        )
+        packed, scales_zeros = _pack_int4(linear.weight, group)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
         # the original weights, not the 4-bit ones: closer to the source (int4 rounds its
         # scale and offset to bf16), and a prefill through them matches DTYPE=bfloat16 exactly
         self.register_buffer("dense", linear.weight.detach().to(torch.bfloat16))
@@ -84,6 +71,63 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _pack_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's packed 4-bit codes [out, in / 2] and its scales and offsets [in / group,
+    out, 2]. Each output row is quantized on its own (groups run along the input)."""
+    out_f, in_f = weight.shape
+    w = weight.detach().float().reshape(out_f, in_f // group, group)
+    low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp(min=1e-8).to(torch.bfloat16)
+    # torch's kernel computes (q - 8) * scale + zero: zero is the group's value at q = 8
+    zero = (low + 8 * scale.float()).to(torch.bfloat16)
+    # codes against the offset as rounded, so its rounding error is absorbed where it can be
+    q = ((w - zero.float()) / scale.float() + 8).round().clamp(0, 15)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+        q.to(torch.int32).reshape(out_f, in_f), 1
+    )
+    return packed, torch.cat([scale, zero], -1).transpose(0, 1).contiguous()
+
+
+class FusedInt4(nn.Module):
+    """Several Int4Linear of the same input as one 4-bit matmul, for decode (few rows): q, k
+    and v, or gate and up. One kernel call instead of three (or two) costs one dispatch and
+    one pass over the input; each output row is computed on its own, so the fused result is
+    bit for bit the parts' outputs side by side (tests/inference/test_quant.py checks it).
+
+    It holds no bfloat16 weights: many rows (prefill, big batches) go through the parts. The
+    parts' packed codes become views of the fused ones where the kernel's row blocks allow, so
+    fusing costs no memory beyond the (small) scales."""
+
+    def __init__(self, parts: list[Int4Linear]) -> None:
+        super().__init__()
+        first = parts[0]
+        if any(p.in_features != first.in_features or p.group != first.group for p in parts):
+            raise ValueError("fused Int4Linear parts must share their input size and group")
+        if len({p.bias is None for p in parts}) > 1:
+            raise ValueError("fused Int4Linear parts must all have a bias, or none")
+        self.in_features, self.group = first.in_features, first.group
+        self.sizes = [p.out_features for p in parts]
+        self.out_features = sum(self.sizes)
+        packed, scales_zeros = _pack_int4(torch.cat([p.dense for p in parts]), first.group)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
+        bias = None if first.bias is None else torch.cat([p.bias for p in parts])
+        self.register_buffer("bias", bias)
+        start = 0
+        for p in parts:
+            rows = packed[start : start + p.out_features]
+            if torch.equal(rows, p.packed):
+                p.packed = rows
+            start += p.out_features
+
+    def forward(self, flat: torch.Tensor) -> torch.Tensor:
+        """flat [rows, in] in bfloat16 -> [rows, out] (the parts' outputs, side by side)."""
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            flat, self.packed, self.group, self.scales_zeros
+        )
+        return y if self.bias is None else y + self.bias
 
 
 class Int8Linear(nn.Module):
@@ -182,5 +226,22 @@ def quantize_int4(model: Any) -> Any:
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear) and fits(child):  # others stay bfloat16
                     setattr(parent, name, Int4Linear(child))
+        fuse_layer(layer)
     model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16))
     return model
+
+
+FUSED = {
+    "self_attn": ("qkv_int4", ("q_proj", "k_proj", "v_proj")),
+    "mlp": ("gate_up_int4", ("gate_proj", "up_proj")),
+}
+
+
+def fuse_layer(layer: nn.Module) -> None:
+    """Adds `self_attn.qkv_int4` and `mlp.gate_up_int4` (FusedInt4) where all their parts
+    are Int4Linear; transformers' forward never calls them (inference/decode_step.py does)."""
+    for block_name, (fused_name, part_names) in FUSED.items():
+        block = getattr(layer, block_name, None)
+        parts = [getattr(block, name, None) for name in part_names]
+        if block is not None and all(isinstance(p, Int4Linear) for p in parts):
+            setattr(block, fused_name, FusedInt4(parts))

@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     threads: int = Field(
         0, ge=0, description="torch CPU threads. 0: the number of CPU cores available."
     )
+    decode_threads: int = Field(
+        1,
+        ge=0,
+        description="torch CPU threads for a decode step of a single stream. 0: THREADS. "
+        "Such a step is ~150 small kernel calls; a second thread splits each one and meets the "
+        "first at a barrier, which on a busy machine waits for a descheduled thread.",
+    )
     max_request_bytes: int = Field(
         4 * 1024 * 1024,
         ge=1024,

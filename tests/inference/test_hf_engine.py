@@ -65,3 +65,42 @@ def test_a_mixed_batch_gives_each_request_what_it_gets_alone(loaded_model: Any) 
     for row in (1, 3, 5):
         assert together[row] != together[0], settings[row]
     assert together[3][0] != first
+
+
+def _greedy_alone(loaded: Any, decode_threads: int, seen: list[int]) -> list[int]:
+    """One greedy stream; `seen` gets the torch thread count of each of its decode steps."""
+    import torch
+
+    backend = TransformersBackend(
+        loaded.model, eos_ids(loaded.model, loaded.tokenizer), decode_threads=decode_threads
+    )
+    forward = backend._forward
+    backend._forward = lambda *a: (seen.append(torch.get_num_threads()), forward(*a))[1]
+    prompt = encode_chat(loaded.tokenizer, [Message("user", PROMPT)])
+    seq = Sequence(
+        prompt,
+        SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
+        IncrementalDetokenizer(loaded.tokenizer),
+        asyncio.Queue(),
+    )
+    step = backend.prefill
+    for _ in range(TOKENS):
+        seq.generated.append(step([seq])[0].token)
+        step = backend.decode
+    backend.release([seq])
+    return seq.generated
+
+
+def test_a_lone_stream_decodes_on_decode_threads_with_the_same_answer(loaded_model: Any) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one: list[int] = []
+        two: list[int] = []
+        assert _greedy_alone(loaded_model, 1, one) == _greedy_alone(loaded_model, 0, two)
+        assert set(one) == {1} and set(two) == {2}
+        assert torch.get_num_threads() == 2  # restored for prefill and batches
+    finally:
+        torch.set_num_threads(before)

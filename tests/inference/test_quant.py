@@ -159,3 +159,54 @@ def test_int4_quantizes_what_fits_and_leaves_the_rest_in_bfloat16() -> None:
     quantize_int4(model)
     assert isinstance(layer["fits"], Int4Linear) and type(layer["odd"]) is torch.nn.Linear
     assert isinstance(model.lm_head, Int8Linear)
+
+
+@pytest.mark.parametrize("rows", [1, 3, FEW_ROWS])
+@pytest.mark.parametrize("sizes", [(576, 192, 192), (1536, 1536), (48, 32)])
+def test_fused_int4_gives_the_parts_outputs_bit_for_bit(rows: int, sizes: tuple[int, ...]) -> None:
+    """q/k/v (SmolLM2's shapes), gate/up, and parts that split the kernel's row blocks: one
+    fused matmul, each part's slice exactly equal to that part's own output."""
+    from inference.quant import FusedInt4
+
+    torch.manual_seed(3)
+    parts = [Int4Linear(torch.nn.Linear(576, n, bias=False).to(torch.bfloat16)) for n in sizes]
+    fused = FusedInt4(parts)
+    x = torch.randn(rows, 576, dtype=torch.bfloat16)
+    got = fused(x).split(fused.sizes, dim=-1)
+    for part, y in zip(parts, got, strict=True):
+        assert torch.equal(y, part(x))
+
+
+def test_fused_int4_shares_the_parts_packed_codes_where_the_row_blocks_allow() -> None:
+    from inference.quant import FusedInt4
+
+    torch.manual_seed(4)
+    parts = [Int4Linear(torch.nn.Linear(64, n).to(torch.bfloat16)) for n in (128, 64)]
+    fused = FusedInt4(parts)
+    assert all(p.packed.untyped_storage().data_ptr() == fused.packed.data_ptr() for p in parts)
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    assert torch.equal(fused(x), torch.cat([p(x) for p in parts], -1))  # biases too
+
+
+def test_int4_fuses_qkv_and_gate_up_of_each_layer() -> None:
+    from inference.quant import FusedInt4, quantize_int4
+
+    def block(**names: int) -> torch.nn.Module:
+        m = torch.nn.Module()
+        for name, out in names.items():
+            setattr(m, name, torch.nn.Linear(64, out, bias=False))
+        return m
+
+    layer = torch.nn.Module()
+    layer.self_attn = block(q_proj=64, k_proj=32, v_proj=32, o_proj=64)
+    layer.mlp = block(gate_proj=128, up_proj=128)
+    layer.mlp.down_proj = torch.nn.Linear(128, 64, bias=False)
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList([layer])
+    model.lm_head = torch.nn.Linear(64, 48, bias=False)
+    quantize_int4(model)
+    assert isinstance(layer.self_attn.qkv_int4, FusedInt4)
+    assert layer.self_attn.qkv_int4.sizes == [64, 32, 32]
+    assert isinstance(layer.mlp.gate_up_int4, FusedInt4)
+    assert layer.mlp.gate_up_int4.sizes == [128, 128]

@@ -1,0 +1,184 @@
+"""One stream at the memory limit: decode tokens/s against what this machine's memory allows.
+
+    .venv/bin/python -m bench.bandwidth --rounds 5 --tokens 64 --llama-python /tmp/llamavenv/bin/python
+
+A decode step reads every weight once (and the KV of the context so far), so a stream can go
+no faster than read bandwidth / bytes read per token. This measures the machine's read
+bandwidth (the sum of a tensor far larger than any cache, with torch's threads, best of a few),
+works out the bytes per token of our server (the int4 packed codes with their scales and
+offsets, the int8 LM head with its scales, the norms, the KV at the mean context) and of
+llama-cpp-python on the same GGUF (its tensors as stored, its f16 KV), and runs one stream
+through each server in interleaved rounds. Per server it prints tokens/s (end to end, as
+bench.inference counts them), decode tokens/s (after the first token), bytes per token, the
+limit in tokens/s and the fraction of it reached. bench/README.md keeps the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+import torch
+
+from bench.inference import run_http, server_process
+from bench.measure import PROMPTS, Result
+from inference import quant
+from inference.model_store import bundled_gguf, prepare_model
+from inference.settings import Settings
+
+MB = 2**20
+
+
+def read_bandwidth(mb: int = 1024, repeats: int = 7) -> float:
+    """Bytes per second read by summing an `mb` MiB float32 tensor (best of `repeats`)."""
+    x = torch.ones(mb * MB // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best
+
+
+def kv_bytes(config: Any, context: int, element: int = 2) -> int:
+    """Keys and values of `context` positions in every layer (bfloat16 here, f16 in llama.cpp)."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_position = 2 * config.num_key_value_heads * head_dim * element
+    return config.num_hidden_layers * per_position * context
+
+
+def our_bytes(model: Any, context: int) -> dict[str, int]:
+    """What one decode step of our int4 model reads, by kind. A fused matmul reads exactly its
+    parts' codes and scales, so counting every Int4Linear once counts what a step reads."""
+    int4 = [m for m in model.modules() if isinstance(m, quant.Int4Linear)]
+    head = model.lm_head
+    norms = [p for n, p in model.named_parameters() if "norm" in n]
+    return {
+        "int4 codes": sum(m.packed.nbytes for m in int4),
+        "int4 scales+offsets": sum(m.scales_zeros.nbytes for m in int4),
+        "int8 LM head + scales": head.q.nbytes + head.scale.nbytes,
+        "norms, embedding row": sum(p.nbytes for p in norms) + head.in_features * 2,
+        "KV": kv_bytes(model.config, context),
+    }
+
+
+def gguf_bytes(path: str, config: Any, context: int) -> dict[str, int]:
+    """What llama.cpp reads per token from this GGUF: every tensor as stored (the tied
+    embedding is its LM head), and its KV cache in f16 (its default)."""
+    from gguf import GGUFReader
+
+    tensors = GGUFReader(path).tensors
+    return {
+        "weights as stored": sum(int(t.n_bytes) for t in tensors),
+        "KV": kv_bytes(config, context),
+    }
+
+
+def decode_rate(r: Result) -> float:
+    """Tokens per second after the first (the prompt's prefill left out)."""
+    span = r.wall - (r.ttft[0] if r.ttft else 0.0)
+    return (r.tokens - 1) / span if r.tokens > 1 and span > 0 else float("nan")
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
+    ap.add_argument("--mb", type=int, default=1024, help="MiB summed to measure bandwidth")
+    ap.add_argument(
+        "--llama-python",
+        default="",
+        help="a python with llama-cpp-python[server]: adds its server on the same GGUF",
+    )
+    return ap.parse_args()
+
+
+def main() -> None:
+    from bench.inference import llama_server_cmd, our_server_cmd
+
+    args = parse_args()
+    loaded = prepare_model(Settings(model="", dtype="auto", device="cpu"), lambda _: None)
+    prompt = loaded.tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True, tokenize=True
+    )
+    prompt_tokens = len(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    context = prompt_tokens + args.tokens // 2  # the KV a step reads, on average
+    sizes = {"ours": our_bytes(loaded.model, context)}
+    servers = {"ours": our_server_cmd("auto", 1)}
+    if args.llama_python:
+        sizes["llama-cpp-python"] = gguf_bytes(str(bundled_gguf()), loaded.model.config, context)
+        servers["llama-cpp-python"] = llama_server_cmd(args.llama_python)
+    del loaded  # the servers load their own copies
+    bandwidth = read_bandwidth(args.mb)
+    print(f"model: {bundled_gguf().name}, {args.tokens} new tokens, prompt {prompt_tokens} tokens")
+    print(f"KV read per step at the mean context ({context} positions)")
+    for name, parts in sizes.items():
+        detail = ", ".join(f"{k} {v / MB:.2f}" for k, v in parts.items())
+        print(f"bytes per token, {name}: {sum(parts.values()) / MB:.2f} MiB ({detail})")
+    results = measure(servers, args.rounds, args.tokens)
+    bandwidth = max(bandwidth, read_bandwidth(args.mb))  # the machine's best, before and after
+    report(results, sizes, bandwidth, args)
+
+
+def measure(
+    servers: dict[str, tuple[list[str], str]], rounds: int, tokens: int
+) -> dict[str, list[Result]]:
+    """One stream through each server in turn, `rounds` times (after one warm-up each)."""
+    results: dict[str, list[Result]] = {name: [] for name in servers}
+    with contextlib.ExitStack() as stack:
+        urls = {
+            name: stack.enter_context(server_process(cmd, ready, port_flag="--port"))
+            for name, (cmd, ready) in servers.items()
+        }
+        live = {name: url for name, url in urls.items() if url}
+        for url in live.values():
+            asyncio.run(run_http(url, 1, 8, {}))
+        for _ in range(rounds):
+            for name, url in live.items():
+                results[name].append(asyncio.run(run_http(url, 1, tokens, {})))
+    return results
+
+
+def report(
+    results: dict[str, list[Result]],
+    sizes: dict[str, dict[str, int]],
+    bandwidth: float,
+    args: argparse.Namespace,
+) -> None:
+    print(
+        f"\nread bandwidth {bandwidth / 1e9:.1f} GB/s (sum of {args.mb} MiB, "
+        f"{torch.get_num_threads()} threads, best of 14)"
+    )
+    print(f"one stream, medians of {args.rounds} interleaved rounds:")
+    print(f"{'server':<18} {'tok/s':>7} {'decode':>7} {'MiB/tok':>8} {'limit':>7} {'fraction':>8}")
+    medians: dict[str, float] = {}
+    for name, runs in results.items():
+        if not runs or not any(r.tokens for r in runs):
+            print(f"{name:<18} did not start or answered nothing")
+            continue
+        rate = _median([r.rate for r in runs])
+        decode = _median([decode_rate(r) for r in runs])
+        per_token = sum(sizes[name].values())
+        limit = bandwidth / per_token
+        medians[name] = rate
+        print(
+            f"{name:<18} {rate:>7.1f} {decode:>7.1f} {per_token / MB:>8.2f} "
+            f"{limit:>7.0f} {decode / limit:>8.2f}"
+        )
+    if len(medians) == 2:
+        print(f"ours / llama-cpp-python: {medians['ours'] / medians['llama-cpp-python']:.2f}x")
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""One decode step ([batch, 1]) of a Llama-shaped int4 model, without transformers' modules.
+
+At one stream the weights are read in a few milliseconds; the rest of a step was Python and
+dispatch: 30 layers of module calls, hooks, output records and seven Int4Linear calls each.
+This forward does the same arithmetic with plain torch calls and the fused 4-bit matmuls of
+inference/quant.py (q/k/v in one, gate/up in one), so a step makes 5 kernel calls per layer.
+
+Nothing may change an answer: every operation is the one transformers' LlamaModel applies, in
+the same order and dtype (RMSNorm in float32, rotary in bfloat16, the same attention function
+and mask), so the logits are bit for bit the same (tests/inference/test_decode_step.py). It
+serves only what it was written for: a Llama model whose projections are all 4-bit (DTYPE=int4),
+batches of at most quant.FEW_ROWS rows; anything else goes through the model's own forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from inference import quant
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # LlamaRMSNorm, op for op
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # apply_rotary_pos_emb with rotate_half, op for op
+    half = x.shape[-1] // 2
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+
+class _Layer:
+    """What one decoder layer's step reads, fetched once instead of through module lookups."""
+
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.attn = attn
+        self.qkv, self.o = attn.qkv_int4, attn.o_proj
+        self.gate_up, self.down = mlp.gate_up_int4, mlp.down_proj
+        self.norm_in, self.eps_in = (
+            layer.input_layernorm.weight,
+            layer.input_layernorm.variance_epsilon,
+        )
+        self.norm_post, self.eps_post = (
+            layer.post_attention_layernorm.weight,
+            layer.post_attention_layernorm.variance_epsilon,
+        )
+        self.index = attn.layer_idx
+        self.scaling = attn.scaling
+
+
+def supports(model: Any) -> bool:
+    """A Llama model quantized to int4 with its projections fused, under sdpa attention."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) != "llama" or config.hidden_act != "silu":
+        return False
+    if getattr(config, "_attn_implementation", None) != "sdpa" or config.attention_bias:
+        return False
+    if not isinstance(getattr(model, "lm_head", None), quant.Int8Linear):
+        return False
+    return all(
+        isinstance(getattr(layer.self_attn, "qkv_int4", None), quant.FusedInt4)
+        and isinstance(getattr(layer.mlp, "gate_up_int4", None), quant.FusedInt4)
+        and isinstance(layer.self_attn.o_proj, quant.Int4Linear)
+        and isinstance(layer.mlp.down_proj, quant.Int4Linear)
+        for layer in model.model.layers
+    )
+
+
+class DecodeStep:
+    """`step(...)` is `model(input_ids, attention_mask, position_ids, past_key_values).logits`
+    for a [batch, 1] decode step, bit for bit."""
+
+    def __init__(self, model: Any) -> None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.masking_utils import create_causal_mask
+
+        self.model = model
+        self.config = model.config
+        inner = model.model
+        self.embed, self.rotary, self.norm = inner.embed_tokens, inner.rotary_emb, inner.norm
+        self.layers = [_Layer(layer) for layer in inner.layers[: self.config.num_hidden_layers]]
+        self.heads = self.config.num_attention_heads
+        self.kv_heads = self.config.num_key_value_heads
+        self.head_dim = self.layers[0].attn.head_dim
+        self._mask = create_causal_mask
+        self._attend = sdpa_attention_forward
+
+    def handles(self, batch: int) -> bool:
+        """Few rows, outside dense_only(): the calls that take the 4-bit kernels."""
+        return batch <= quant.FEW_ROWS and not getattr(quant._dense, "on", False)
+
+    def step(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Any,
+    ) -> torch.Tensor:
+        """input_ids and position_ids [B, 1], attention_mask [B, T] -> logits [B, 1, vocab]."""
+        h = self.embed(input_ids)
+        mask = self._mask(
+            config=self.config,
+            inputs_embeds=h,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            position_ids=position_ids,
+        )
+        cos, sin = self.rotary(h, position_ids=position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        for layer in self.layers:
+            h = self._layer(layer, h, mask, cos, sin, cache)
+        h = _rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
+        return self.model.lm_head(h)
+
+    def _layer(
+        self,
+        layer: _Layer,
+        h: torch.Tensor,
+        mask: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: Any,
+    ) -> torch.Tensor:
+        b, d = h.shape[0], self.head_dim
+        x = _rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
+        q, k, v = _int4(layer.qkv, x).split(layer.qkv.sizes, dim=-1)
+        q = _rotate(q.view(b, 1, self.heads, d).transpose(1, 2), cos, sin)
+        k = _rotate(k.view(b, 1, self.kv_heads, d).transpose(1, 2), cos, sin)
+        v = v.view(b, 1, self.kv_heads, d).transpose(1, 2)
+        k, v = cache.layers[layer.index].update(k, v)
+        out, _ = self._attend(layer.attn, q, k, v, mask, dropout=0.0, scaling=layer.scaling)
+        out = out.reshape(b, -1)
+        h = h + _int4(layer.o, out).view(b, 1, -1)
+        x = _rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
+        gate, up = _int4(layer.gate_up, x).split(layer.gate_up.sizes, dim=-1)
+        return h + _int4(layer.down, F.silu(gate) * up).view(b, 1, -1)
+
+
+def _int4(linear: quant.Int4Linear | quant.FusedInt4, flat: torch.Tensor) -> torch.Tensor:
+    """The 4-bit kernel on flat [rows, in] bfloat16, without a module call: Int4Linear's
+    few-rows path, or FusedInt4's forward."""
+    y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+        flat, linear.packed, linear.group, linear.scales_zeros
+    )
+    return y if linear.bias is None else y + linear.bias

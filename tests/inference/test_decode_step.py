@@ -1,0 +1,106 @@
+"""The lean decode step: the model's own logits, bit for bit, and the same greedy replies."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from inference.decode_step import DecodeStep, supports
+from inference.engine import Message
+from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Sequence
+from inference.textstream import IncrementalDetokenizer
+
+pytestmark = pytest.mark.model
+PROMPTS = [
+    "List the planets of the solar system, one per line.",
+    "Hi!",
+    "Write a short poem about the sea, then explain what it means in two sentences.",
+    "What is 17 times 23?",
+]
+TOKENS = 24
+
+
+def _sequences(loaded: Any, prompts: list[str]) -> list[Sequence]:
+    return [
+        Sequence(
+            encode_chat(loaded.tokenizer, [Message("user", p)]),
+            SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
+            IncrementalDetokenizer(loaded.tokenizer),
+            asyncio.Queue(),
+        )
+        for p in prompts
+    ]
+
+
+def _greedy(loaded: Any, prompts: list[str], lean: bool) -> list[list[int]]:
+    """Greedy replies of these prompts as one batch, the lean step on or off."""
+    backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
+    assert backend.fast is not None  # the bundled model is int4 Llama: the lean step serves it
+    if not lean:
+        backend.fast = None
+    seqs = _sequences(loaded, prompts)
+    step = backend.prefill
+    for _ in range(TOKENS):
+        for seq, sampled in zip(seqs, step(seqs), strict=True):
+            seq.generated.append(sampled.token)
+        step = backend.decode
+    backend.release(seqs)
+    return [s.generated for s in seqs]
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS[2:3], PROMPTS])
+def test_greedy_replies_are_the_same_tokens_with_the_lean_step(
+    loaded_model: Any, prompts: list[str]
+) -> None:
+    """One stream, and a batch of prompts of different lengths (left padding, a mask)."""
+    assert _greedy(loaded_model, prompts, lean=True) == _greedy(loaded_model, prompts, lean=False)
+
+
+@torch.inference_mode()
+def test_a_step_gives_the_models_logits_and_kv_bit_for_bit(loaded_model: Any) -> None:
+    backend = TransformersBackend(
+        loaded_model.model, eos_ids(loaded_model.model, loaded_model.tokenizer)
+    )
+    seqs = _sequences(loaded_model, PROMPTS)
+    for seq, sampled in zip(seqs, backend.prefill(seqs), strict=True):
+        seq.generated.append(sampled.token)
+    b = backend.batch
+    ids = torch.tensor([[s.generated[-1]] for s in seqs])
+    mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
+    theirs_cache, ours_cache = copy.deepcopy(b.cache), copy.deepcopy(b.cache)
+    theirs = loaded_model.model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=b.pos[:, None],
+        past_key_values=theirs_cache,
+        use_cache=True,
+    ).logits
+    ours = DecodeStep(loaded_model.model).step(ids, mask, b.pos[:, None], ours_cache)
+    backend.release(seqs)
+    assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+    for a, c in zip(ours_cache.layers, theirs_cache.layers, strict=True):
+        assert torch.equal(a.keys, c.keys) and torch.equal(a.values, c.values)
+
+
+def test_the_lean_step_leaves_big_batches_and_prefill_to_the_model(loaded_model: Any) -> None:
+    from inference import quant
+
+    step = DecodeStep(loaded_model.model)
+    assert step.handles(1) and step.handles(quant.FEW_ROWS)
+    assert not step.handles(quant.FEW_ROWS + 1)
+    with quant.dense_only():
+        assert not step.handles(1)
+
+
+def test_only_int4_llama_models_get_the_lean_step(loaded_model: Any) -> None:
+    assert supports(loaded_model.model)
+    plain = torch.nn.Module()
+    plain.config = copy.copy(loaded_model.model.config)
+    plain.config.model_type = "qwen3"
+    assert not supports(plain)

@@ -78,7 +78,7 @@ def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None
     """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
     reply's final state, so that the two commit together or not at all."""
     key = {
-        "user": usage.user_id,
+        "user_id": usage.user_id,
         "day": day or timezone.localdate(),
         "model": usage.model[:200],
         "source": usage.source,
@@ -89,9 +89,7 @@ def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None
     try:
         # A savepoint: on PostgreSQL a failed INSERT would abort the whole transaction.
         with transaction.atomic():
-            UsageDay.objects.create(
-                **{f"{k}_id" if k == "user" else k: v for k, v in key.items()}, **counts
-            )
+            UsageDay.objects.create(**key, **counts)
     except IntegrityError:  # another reply of this user created the row first
         _add_to_day(key, counts)
 

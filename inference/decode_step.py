@@ -94,7 +94,7 @@ class DecodeStep:
 
     def handles(self, batch: int) -> bool:
         """Few rows, outside dense_only(): the calls that take the 4-bit kernels."""
-        return batch <= quant.FEW_ROWS and not getattr(quant._dense, "on", False)
+        return batch <= quant.FEW_ROWS and not quant.dense_forced()
 
     def step(
         self,

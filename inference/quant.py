@@ -173,13 +173,18 @@ def invariant_linear(
 
 
 def _many_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if getattr(_dense, "on", False):  # a prefill: its bits must not depend on the packing
+    if dense_forced():  # a prefill: its bits must not depend on the packing
         return invariant_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 def _few_rows(x: torch.Tensor) -> bool:
-    return x.numel() <= FEW_ROWS * x.shape[-1] and not getattr(_dense, "on", False)
+    return x.numel() <= FEW_ROWS * x.shape[-1] and not dense_forced()
+
+
+def dense_forced() -> bool:
+    """Whether this thread is inside dense_only() (a prefill)."""
+    return getattr(_dense, "on", False)
 
 
 @contextlib.contextmanager
@@ -189,7 +194,7 @@ def dense_only() -> Iterator[None]:
     Prefill uses it: a prompt's KV must not depend on how many of its tokens one call carried
     (a chunk's last few tokens, the rest after a cached prefix), and below FEW_ROWS rows they
     would otherwise meet the 4-bit weights."""
-    before = getattr(_dense, "on", False)
+    before = dense_forced()
     _dense.on = True
     try:
         yield

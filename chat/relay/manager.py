@@ -27,11 +27,10 @@ from chat.streaming import memory_log
 from chat.streaming.channels import channel_for
 from chat.streaming.publish import (
     apublish,
-    apublish_token,
+    apublish_encoded,
     local_delivery,
     message_error_data,
     publish_encoded,
-    token_data,
 )
 
 logger = logging.getLogger(__name__)
@@ -209,9 +208,7 @@ class RelayManager:
         text = "".join(reply.buffer)
         reply.buffer.clear()
         try:
-            stamp = reply.produced_at if reply.timestamps else None
-            data = token_data(reply.data_prefix, reply.seq, text, stamp)
-            publish_encoded(channel_for(reply.conversation_id), "token", data)
+            publish_encoded(channel_for(reply.conversation_id), "token", reply.token_event(text))
         except Exception as exc:  # the publisher task raises it, and the relay ends the reply
             reply.publish_error = exc
             reply.wake.set()
@@ -232,8 +229,8 @@ class RelayManager:
                 return
 
     async def _emit_token(self, reply: Reply, text: str) -> None:
-        stamp = reply.produced_at if reply.timestamps else None
-        await apublish_token(reply.conversation_id, reply.data_prefix, reply.seq, text, stamp)
+        channel = channel_for(reply.conversation_id)
+        await apublish_encoded(channel, "token", reply.token_event(text))
         self._token_sent(reply, text)
 
     def _token_sent(self, reply: Reply, text: str) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from chat.inference_client import Finish, InferenceError
 from chat.models import Message
 from chat.rates import decode_rate
-from chat.streaming.publish import message_error_data, token_data_prefix
+from chat.streaming.publish import message_error_data, token_data, token_data_prefix
 from chat.usage import ReplyUsage
 
 CANCELLED = "cancelled"
@@ -48,6 +48,11 @@ class Reply:
 
     def __post_init__(self) -> None:
         self.data_prefix = token_data_prefix(self.message_id)
+
+    def token_event(self, text: str) -> str:
+        """The data of the next `token` event, carrying `text`."""
+        stamp = self.produced_at if self.timestamps else None
+        return token_data(self.data_prefix, self.seq, text, stamp)
 
     @property
     def content(self) -> str:

@@ -79,9 +79,8 @@ def append_and_notify(log: StorageBase, channel: str, event_type: str, data: str
     Only from the event loop's thread, where every subscription waits: this skips what
     `send_event` adds (a GRIP publish nothing receives, a cross-thread wake-up)."""
     event = log.append_event(channel, event_type, data)
-    manager = listener_manager
-    with manager.lock:
-        for listener in manager.listeners_by_channel.get(channel, ()):
+    with listener_manager.lock:
+        for listener in listener_manager.listeners_by_channel.get(channel, ()):
             queued = listener.channel_items.setdefault(channel, [])
             if len(queued) < QUEUE_LIMIT:
                 queued.append(event)
@@ -155,9 +154,10 @@ class Subscription:
 
 def wake_every_subscription() -> None:
     """Make every open stream of this process re-read the log (after missed deliveries)."""
-    manager = listener_manager
-    with manager.lock:
-        listeners = {one for group in manager.listeners_by_channel.values() for one in group}
+    with listener_manager.lock:
+        listeners = {
+            one for group in listener_manager.listeners_by_channel.values() for one in group
+        }
         for listener in listeners:
             listener.overflow = True
             listener.wake_threadsafe()
@@ -185,8 +185,7 @@ class RedisFeed:
 def redis_feed() -> RedisFeed | None:
     """The Redis feed when EVENTSTREAM_REDIS is set, claimed so django-eventstream does not
     start its own lazily (it would miss events published before its first listener)."""
-    manager = listener_manager
-    if manager.redis_listener is None:
+    if listener_manager.redis_listener is None:
         return None
-    manager.redis_listener_started = True
-    return RedisFeed(manager.redis_listener)
+    listener_manager.redis_listener_started = True
+    return RedisFeed(listener_manager.redis_listener)

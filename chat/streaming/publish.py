@@ -57,24 +57,17 @@ def publish_encoded(channel: str, event_type: str, data: str) -> None:
 
 
 async def apublish(conversation_id, event_type: str, data: dict) -> None:
+    await apublish_encoded(channel_for(conversation_id), event_type, eventstream.encode(data))
+
+
+async def apublish_encoded(channel: str, event_type: str, data: str) -> None:
+    """apublish for data already JSON (a token event is built as text)."""
     if local_delivery():
-        publish_on_loop(conversation_id, event_type, data)
+        publish_encoded(channel, event_type, data)
     else:
-        channel = channel_for(conversation_id)
         await sync_to_async(eventstream.send_event, thread_sensitive=False)(
-            channel, event_type, data
+            channel, event_type, data, json_encode=False
         )
-
-
-async def apublish_token(
-    conversation_id, prefix: str, seq: int, text: str, produced_at: float | None
-) -> None:
-    """A `token` event (prefix: token_data_prefix of its reply)."""
-    data = token_data(prefix, seq, text, produced_at)
-    if local_delivery():
-        publish_encoded(channel_for(conversation_id), "token", data)
-    else:
-        await apublish(conversation_id, "token", json.loads(data))
 
 
 def token_data_prefix(message_id) -> str:

@@ -7,9 +7,13 @@ inference/quant.py (q/k/v in one, gate/up in one), so a step makes 5 kernel call
 
 Nothing may change an answer: every operation is the one transformers' LlamaModel applies, in
 the same order and dtype (RMSNorm in float32, rotary in bfloat16, the same attention function
-and mask), so the logits are bit for bit the same (tests/inference/test_decode_step.py). It
-serves only what it was written for: a Llama model whose projections are all 4-bit (DTYPE=int4),
-batches of at most quant.FEW_ROWS rows; anything else goes through the model's own forward.
+and mask), so the logits are bit for bit the same (tests/inference/test_decode_step.py). Above
+quant.FEW_ROWS rows the projections are the modules' own calls (their bfloat16 weights), as in
+transformers' forward. It serves only what it was written for: a Llama model whose projections
+are all 4-bit (DTYPE=int4); any other model goes through its own forward.
+
+The batch's KV comes in groups of rows (inference/batch.py): every row goes through the weights
+together, and attention runs per group over that group's padded KV and mask.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class _Layer:
         self.attn = attn
         self.qkv, self.o = attn.qkv_int4, attn.o_proj
         self.gate_up, self.down = mlp.gate_up_int4, mlp.down_proj
+        # many rows: the parts' own forward (their bfloat16 weights), as transformers calls them
+        self.qkv_parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+        self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
         self.norm_in, self.eps_in = (
             layer.input_layernorm.weight,
             layer.input_layernorm.variance_epsilon,
@@ -93,54 +100,75 @@ class DecodeStep:
         self._attend = sdpa_attention_forward
 
     def handles(self, batch: int) -> bool:
-        """Few rows, outside dense_only(): the calls that take the 4-bit kernels."""
-        return batch <= quant.FEW_ROWS and not quant.dense_forced()
+        """Outside dense_only() (a prefill), any batch."""
+        return not quant.dense_forced()
 
     def step(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        cache: Any,
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, groups: list[tuple[Any, Any]]
     ) -> torch.Tensor:
-        """input_ids and position_ids [B, 1], attention_mask [B, T] -> logits [B, 1, vocab]."""
+        """input_ids and position_ids [B, 1]; `groups`: (attention_mask [b, T], cache) of the
+        rows in order, b summing to B -> logits [B, 1, vocab]."""
         h = self.embed(input_ids)
-        mask = self._mask(
+        spans, start = [], 0
+        for mask, cache in groups:
+            end = start + mask.shape[0]
+            rows = slice(start, end)
+            spans.append((rows, self._group_mask(h[rows], mask, cache, position_ids[rows]), cache))
+            start = end
+        cos, sin = self.rotary(h, position_ids=position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        few = h.shape[0] <= quant.FEW_ROWS
+        for layer in self.layers:
+            h = self._layer(layer, h, spans, cos, sin, few)
+        h = _rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
+        return self.model.lm_head(h)
+
+    def _group_mask(
+        self, h: torch.Tensor, mask: torch.Tensor, cache: Any, position_ids: torch.Tensor
+    ) -> torch.Tensor | None:
+        return self._mask(
             config=self.config,
             inputs_embeds=h,
-            attention_mask=attention_mask,
+            attention_mask=mask,
             past_key_values=cache,
             position_ids=position_ids,
         )
-        cos, sin = self.rotary(h, position_ids=position_ids)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        for layer in self.layers:
-            h = self._layer(layer, h, mask, cos, sin, cache)
-        h = _rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
-        return self.model.lm_head(h)
 
     def _layer(
         self,
         layer: _Layer,
         h: torch.Tensor,
-        mask: torch.Tensor | None,
+        spans: list[tuple[slice, torch.Tensor | None, Any]],
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: Any,
+        few: bool,
     ) -> torch.Tensor:
         b, d = h.shape[0], self.head_dim
         x = _rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
-        q, k, v = _int4(layer.qkv, x).split(layer.qkv.sizes, dim=-1)
+        if few:
+            q, k, v = _int4(layer.qkv, x).split(layer.qkv.sizes, dim=-1)
+        else:
+            q, k, v = (proj(x) for proj in layer.qkv_parts)
         q = _rotate(q.view(b, 1, self.heads, d).transpose(1, 2), cos, sin)
         k = _rotate(k.view(b, 1, self.kv_heads, d).transpose(1, 2), cos, sin)
         v = v.view(b, 1, self.kv_heads, d).transpose(1, 2)
-        k, v = cache.layers[layer.index].update(k, v)
-        out, _ = self._attend(layer.attn, q, k, v, mask, dropout=0.0, scaling=layer.scaling)
-        out = out.reshape(b, -1)
-        h = h + _int4(layer.o, out).view(b, 1, -1)
+        outs = []
+        for rows, mask, cache in spans:
+            keys, values = cache.layers[layer.index].update(k[rows], v[rows])
+            out, _ = self._attend(
+                layer.attn, q[rows], keys, values, mask, dropout=0.0, scaling=layer.scaling
+            )
+            outs.append(out)
+        out = (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(b, -1)
+        h = h + (_int4(layer.o, out) if few else layer.o(out)).view(b, 1, -1)
         x = _rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
-        gate, up = _int4(layer.gate_up, x).split(layer.gate_up.sizes, dim=-1)
-        return h + _int4(layer.down, F.silu(gate) * up).view(b, 1, -1)
+        if few:
+            gate, up = _int4(layer.gate_up, x).split(layer.gate_up.sizes, dim=-1)
+            down = _int4(layer.down, F.silu(gate) * up)
+        else:
+            gate, up = (proj(x) for proj in layer.gate_up_parts)
+            down = layer.down(F.silu(gate) * up)
+        return h + down.view(b, 1, -1)
 
 
 def _int4(linear: quant.Int4Linear | quant.FusedInt4, flat: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,13 @@
 """The real engine: a transformers causal LM behind the continuous-batching scheduler.
 
-The batch keeps ONE DynamicCache for all running sequences, left-padded to a common length
-with an attention mask and per-sequence position ids. Prompts are prefilled apart from it, in
-chunks and on top of the prefix cache (inference/hf_prefill.py); a prompt's KV is then
-concatenated into the batch (the shorter side padded on the left); leaving sequences are
-removed with an index select, and columns that became padding for everyone are trimmed. Each
-decode step is then one forward pass of shape [batch, 1], which costs little more than a
-single sequence on a bandwidth-bound CPU.
-"""
+The running sequences' KV lives in groups of rows of similar length, each group one
+DynamicCache left-padded to its longest row with an attention mask and per-sequence position
+ids (inference/batch.py). Prompts are prefilled apart from it, in chunks and on top of the
+prefix cache (inference/hf_prefill.py); a prompt's KV then joins the group it pads least, or
+starts its own; leaving sequences are removed with an index select, and columns that became
+padding for everyone are trimmed. Each decode step is then one forward pass of shape
+[batch, 1] (attention group by group), which costs little more than a single sequence on a
+bandwidth-bound CPU."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import logging
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
+from inference.batch import BatchState, GrowingLayer
 from inference.decode_step import DecodeStep, supports
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
@@ -29,133 +29,6 @@ from inference.settings import Settings
 from inference.textstream import IncrementalDetokenizer, TokenBytes
 
 log = logging.getLogger("inference.hf_engine")
-
-
-def _pad_mask(mask: torch.Tensor, length: int) -> torch.Tensor:
-    return torch.cat([mask.new_zeros((mask.shape[0], length - mask.shape[1])), mask], dim=1)
-
-
-class GrowingLayer(DynamicLayer):
-    """One layer's KV for the batch, as views of buffers with room to grow: a decode step writes
-    its token in place, where DynamicLayer concatenates the whole cache into a new tensor at
-    every step (at a few thousand tokens, more bytes than the weights)."""
-
-    ROOM = 256  # spare positions at least, and a quarter more than held: growth stays
-    # amortised, where doubling would make a 4,000-token prompt's join fault in twice its bytes
-
-    def __init__(
-        self,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        room: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> None:
-        """`room`: buffers whose first positions are `keys` and `values`, to grow into."""
-        super().__init__()
-        self.is_initialized = True
-        self.dtype, self.device = keys.dtype, keys.device
-        if room is None:
-            self._set(keys, values)
-        else:
-            self._k, self._v = room
-            self.keys, self.values = keys, values
-
-    @classmethod
-    def stacked(cls, parts: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> GrowingLayer:
-        """The parts' rows one under the other, each left-padded with zeros to `length`
-        positions, written once into a fresh buffer (a join or leave with a long prompt in the
-        batch moves hundreds of MB: no intermediate copy)."""
-        first = parts[0][0]
-        b, (h, d) = sum(k.shape[0] for k, _ in parts), (first.shape[1], first.shape[3])
-        k_buf = first.new_empty((b, h, length + cls._room(length), d))
-        v_buf = torch.empty_like(k_buf)
-        row = 0
-        for keys, values in parts:
-            n, pad = keys.shape[0], length - keys.shape[2]
-            for buf, src in ((k_buf, keys), (v_buf, values)):
-                buf[row : row + n, :, :pad] = 0  # masked, but must not be NaN
-                buf[row : row + n, :, pad:length] = src
-            row += n
-        return cls(k_buf[:, :, :length], v_buf[:, :, :length], (k_buf, v_buf))
-
-    @classmethod
-    def _room(cls, n: int) -> int:
-        return max(cls.ROOM, n // 4)
-
-    def _set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        b, h, n, d = keys.shape
-        room = self._room(n)
-        self._k, self._v = (
-            keys.new_empty((b, h, n + room, d)),
-            values.new_empty((b, h, n + room, d)),
-        )
-        self._k[:, :, :n], self._v[:, :, :n] = keys, values
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        n, add = self.keys.shape[2], key_states.shape[2]
-        if n + add > self._k.shape[2]:
-            self._set(self.keys, self.values)
-        self._k[:, :, n : n + add], self._v[:, :, n : n + add] = key_states, value_states
-        self.keys, self.values = self._k[:, :, : n + add], self._v[:, :, : n + add]
-        return self.keys, self.values
-
-
-class BatchState:
-    """Rows of the running batch: the shared cache, its mask and each row's next position."""
-
-    def __init__(self) -> None:
-        self.rows: list[Sequence] = []
-        self.cache: Any = None
-        self.mask: torch.Tensor | None = None  # [B, T] 1 = real token
-        self.pos: torch.Tensor | None = None  # [B] position of the next token
-
-    def join(self, seqs: list[Sequence], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
-        if not self.rows:
-            self.rows, self.cache, self.mask, self.pos = list(seqs), cache, mask, pos
-            self.cache.layers = [
-                layer if isinstance(layer, GrowingLayer) else GrowingLayer(layer.keys, layer.values)
-                for layer in cache.layers
-            ]
-            return
-        assert self.mask is not None and self.pos is not None
-        length = max(self.mask.shape[1], mask.shape[1])
-        self.cache.layers = [
-            GrowingLayer.stacked([(old.keys, old.values), (new.keys, new.values)], length)
-            for old, new in zip(self.cache.layers, cache.layers, strict=True)
-        ]
-        self.mask = torch.cat([_pad_mask(self.mask, length), _pad_mask(mask, length)])
-        self.pos = torch.cat([self.pos, pos])
-        self.rows.extend(seqs)
-
-    def leave(self, seqs: list[Sequence]) -> None:
-        gone = set(map(id, seqs))
-        keep = [i for i, s in enumerate(self.rows) if id(s) not in gone]
-        if len(keep) == len(self.rows):
-            return
-        if not keep:
-            self.reset()
-            return
-        assert self.mask is not None and self.pos is not None
-        idx = torch.tensor(keep, device=self.mask.device)
-        self.rows = [self.rows[i] for i in keep]
-        self.mask, self.pos = self.mask[idx], self.pos[idx]
-        start = int((self.mask.sum(0) > 0).nonzero()[0])  # columns now padding for every row
-        self.mask = self.mask[:, start:]
-        self.cache.layers = [
-            GrowingLayer.stacked(
-                [
-                    (layer.keys[i : i + 1, :, start:], layer.values[i : i + 1, :, start:])
-                    for i in keep
-                ],
-                self.mask.shape[1],
-            )
-            for layer in self.cache.layers
-        ]
-
-    def reset(self) -> None:
-        self.rows, self.cache, self.mask, self.pos = [], None, None, None
 
 
 class TransformersBackend:
@@ -172,10 +45,12 @@ class TransformersBackend:
         self.decode_threads = decode_threads
         self.device = model.device
         self.eos_ids = eos_ids
-        self.batch = BatchState()
         self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
-        # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits
+        # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits,
+        # and it attends group by group, so rows of very different lengths need not share one
+        # padded KV tensor (inference/batch.py)
         self.fast = DecodeStep(model) if supports(model) else None
+        self.batch = BatchState(ragged=self.fast is not None)
 
     def is_eos(self, token_id: int) -> bool:
         return token_id in self.eos_ids
@@ -197,7 +72,7 @@ class TransformersBackend:
 
         n = len(job.tokens)
         cache = DynamicCache(config=self.model.config)
-        # the prompt's own KV buffers, which have room up to the next key block: an empty batch
+        # the prompt's own KV buffers, which have room up to the next key block: a new group
         # takes them as they are, no copy (nothing else writes them any more)
         cache.layers = [
             GrowingLayer(kv[0, :, :n][None], kv[1, :, :n][None], (kv[0][None], kv[1][None]))
@@ -208,32 +83,37 @@ class TransformersBackend:
 
     @torch.inference_mode()
     def decode(self, seqs: list[Sequence]) -> list[Sampled]:
-        b = self.batch
-        assert b.rows == seqs and b.mask is not None and b.pos is not None
+        groups = self.batch.groups
+        rows = self.batch.rows  # the groups' order, which a join may differ from `seqs`'
+        assert len(rows) == len(seqs) and set(map(id, rows)) == set(map(id, seqs))
         last = torch.tensor(
-            [[s.generated[-1] if s.generated else 0] for s in seqs], device=self.device
+            [[s.generated[-1] if s.generated else 0] for s in rows], device=self.device
         )
-        b.mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
+        for g in groups:
+            g.mask = torch.cat([g.mask, g.mask.new_ones((len(g.rows), 1))], dim=1)
+        pos = torch.cat([g.pos for g in groups])[:, None]
         threads = torch.get_num_threads()
-        if len(seqs) == 1 and self.decode_threads:
+        if len(rows) == 1 and self.decode_threads:
             torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
         try:
-            logits = self._forward(last, b.mask, b.pos[:, None], b.cache)
+            logits = self._forward(last, pos)
         finally:
             torch.set_num_threads(threads)
-        b.pos = b.pos + 1
-        return sample(logits[:, -1], seqs)
+        for g in groups:
+            g.pos = g.pos + 1
+        tokens = dict(zip(map(id, rows), sample(logits[:, -1], rows), strict=True))
+        return [tokens[id(s)] for s in seqs]
 
-    def _forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        groups = self.batch.groups
         if self.fast is not None and self.fast.handles(ids.shape[0]):
-            return self.fast.step(ids, mask, pos, cache)
+            return self.fast.step(ids, pos, [(g.mask, g.cache) for g in groups])
+        (group,) = groups  # not ragged: one padded batch
         return self.model(
             input_ids=ids,
-            attention_mask=mask,
+            attention_mask=group.mask,
             position_ids=pos,
-            past_key_values=cache,
+            past_key_values=group.cache,
             use_cache=True,
         ).logits
 

@@ -62,38 +62,49 @@ def test_greedy_replies_are_the_same_tokens_with_the_lean_step(
     assert _greedy(loaded_model, prompts, lean=True) == _greedy(loaded_model, prompts, lean=False)
 
 
-@torch.inference_mode()
-def test_a_step_gives_the_models_logits_and_kv_bit_for_bit(loaded_model: Any) -> None:
-    backend = TransformersBackend(
-        loaded_model.model, eos_ids(loaded_model.model, loaded_model.tokenizer)
-    )
-    seqs = _sequences(loaded_model, PROMPTS)
+def _bit_for_bit(loaded: Any, prompts: list[str]) -> None:
+    """One lean step over the batch of `prompts` (one group) against the model's forward."""
+    backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
+    seqs = _sequences(loaded, prompts)
     for seq, sampled in zip(seqs, backend.prefill(seqs), strict=True):
         seq.generated.append(sampled.token)
-    b = backend.batch
-    ids = torch.tensor([[s.generated[-1]] for s in seqs])
-    mask = torch.cat([b.mask, b.mask.new_ones((len(seqs), 1))], dim=1)
-    theirs_cache, ours_cache = copy.deepcopy(b.cache), copy.deepcopy(b.cache)
-    theirs = loaded_model.model(
+    (g,) = backend.batch.groups
+    ids = torch.tensor([[s.generated[-1]] for s in g.rows])
+    mask = torch.cat([g.mask, g.mask.new_ones((len(seqs), 1))], dim=1)
+    theirs_cache, ours_cache = copy.deepcopy(g.cache), copy.deepcopy(g.cache)
+    theirs = loaded.model(
         input_ids=ids,
         attention_mask=mask,
-        position_ids=b.pos[:, None],
+        position_ids=g.pos[:, None],
         past_key_values=theirs_cache,
         use_cache=True,
     ).logits
-    ours = DecodeStep(loaded_model.model).step(ids, mask, b.pos[:, None], ours_cache)
+    ours = DecodeStep(loaded.model).step(ids, g.pos[:, None], [(mask, ours_cache)])
     backend.release(seqs)
     assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
     for a, c in zip(ours_cache.layers, theirs_cache.layers, strict=True):
         assert torch.equal(a.keys, c.keys) and torch.equal(a.values, c.values)
 
 
-def test_the_lean_step_leaves_big_batches_and_prefill_to_the_model(loaded_model: Any) -> None:
+@torch.inference_mode()
+def test_a_step_gives_the_models_logits_and_kv_bit_for_bit(loaded_model: Any) -> None:
+    _bit_for_bit(loaded_model, PROMPTS)
+
+
+@torch.inference_mode()
+def test_a_step_of_many_rows_gives_the_models_logits_bit_for_bit(loaded_model: Any) -> None:
+    """Past quant.FEW_ROWS rows the projections take their bfloat16 weights, as the model's."""
+    from inference import quant
+
+    prompts = (PROMPTS * 3)[: quant.FEW_ROWS + 2]
+    _bit_for_bit(loaded_model, prompts)
+
+
+def test_the_lean_step_leaves_prefill_to_the_model(loaded_model: Any) -> None:
     from inference import quant
 
     step = DecodeStep(loaded_model.model)
-    assert step.handles(1) and step.handles(quant.FEW_ROWS)
-    assert not step.handles(quant.FEW_ROWS + 1)
+    assert step.handles(1) and step.handles(quant.FEW_ROWS + 1)
     with quant.dense_only():
         assert not step.handles(1)
 

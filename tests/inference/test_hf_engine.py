@@ -104,3 +104,50 @@ def test_a_lone_stream_decodes_on_decode_threads_with_the_same_answer(loaded_mod
         assert torch.get_num_threads() == 2  # restored for prefill and batches
     finally:
         torch.set_num_threads(before)
+
+
+def _staggered(loaded: Any, backend: TransformersBackend, prompts: list[str]) -> list[list[int]]:
+    """Greedy replies of `prompts`, each joining the batch 3 decode steps after the one before."""
+    seqs = [
+        Sequence(
+            encode_chat(loaded.tokenizer, [Message("user", p)]),
+            SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
+            IncrementalDetokenizer(loaded.tokenizer),
+            asyncio.Queue(),
+        )
+        for p in prompts
+    ]
+    running: list[Sequence] = []
+    for step in range(TOKENS + 3 * len(seqs)):
+        if step % 3 == 0 and seqs[len(running) :]:
+            new = seqs[len(running)]
+            new.generated.append(backend.prefill([new])[0].token)
+            running.append(new)
+        live = [s for s in running if len(s.generated) < TOKENS]
+        for seq, sampled in zip(live, backend.decode(live) if live else [], strict=True):
+            seq.generated.append(sampled.token)
+        if done := [s for s in live if len(s.generated) == TOKENS]:
+            backend.release(done)
+    return [s.generated for s in seqs]
+
+
+def test_a_long_prompt_beside_short_ones_decodes_in_its_own_group_with_the_same_answers(
+    loaded_model: Any,
+) -> None:
+    from pathlib import Path
+
+    from inference import batch
+
+    notes = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()[:4000]
+    prompts = [PROMPT, f"Summarize these notes in one line:\n{notes}", "Hi! Who are you?"]
+    backend = TransformersBackend(
+        loaded_model.model, eos_ids(loaded_model.model, loaded_model.tokenizer)
+    )
+    groups: list[int] = []
+    decode = backend.decode
+    backend.decode = lambda seqs: (groups.append(len(backend.batch.groups)), decode(seqs))[1]
+    together = _staggered(loaded_model, backend, prompts)
+    long = len(encode_chat(loaded_model.tokenizer, [Message("user", prompts[1])]))
+    assert long > batch.SPLIT + 100 and max(groups) == 2  # the long one had a group to itself
+    alone = [_staggered(loaded_model, backend, [p])[0] for p in prompts]
+    assert together == alone

@@ -1,11 +1,13 @@
-"""The batch's KV cache, without the model: tokens written in place, room that grows."""
+"""The batch's KV cache, without the model: tokens written in place, room that grows, rows
+in groups of similar length."""
 
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
-from inference.hf_engine import BatchState, GrowingLayer
+from inference import batch
+from inference.batch import BatchState, GrowingLayer
 
 
 def test_a_growing_layer_keeps_every_token_across_growth() -> None:
@@ -58,11 +60,12 @@ def _two_batches() -> tuple[BatchState, torch.Tensor, torch.Tensor]:
 
 def test_a_join_left_pads_the_shorter_rows_with_zeros() -> None:
     state, short, long = _two_batches()
-    layer = state.cache.layers[0]
+    (group,) = state.groups
+    layer = group.cache.layers[0]
     expected = torch.cat([F.pad(short, (0, 0, 2, 0)), long])
     assert torch.equal(layer.keys, expected) and torch.equal(layer.values, -expected)
-    assert state.mask.tolist() == [[0, 0, 1, 1, 1]] * 2 + [[1] * 5]
-    assert state.pos.tolist() == [3, 3, 5] and state.rows == ["a", "b", "c"]
+    assert group.mask.tolist() == [[0, 0, 1, 1, 1]] * 2 + [[1] * 5]
+    assert group.pos.tolist() == [3, 3, 5] and state.rows == ["a", "b", "c"]
     before = layer.keys.data_ptr()
     layer.update(torch.ones(3, 2, 1, 4), torch.ones(3, 2, 1, 4))  # the joined batch has room
     assert layer.keys.data_ptr() == before and torch.equal(layer.keys[:, :, :5], expected)
@@ -71,8 +74,55 @@ def test_a_join_left_pads_the_shorter_rows_with_zeros() -> None:
 def test_a_leave_keeps_the_other_rows_and_drops_columns_padded_for_all() -> None:
     state, short, _ = _two_batches()
     state.leave(["c"])
-    layer = state.cache.layers[0]
+    (group,) = state.groups
+    layer = group.cache.layers[0]
     assert torch.equal(layer.keys, short) and torch.equal(layer.values, -short)
-    assert state.mask.tolist() == [[1, 1, 1]] * 2 and state.rows == ["a", "b"]
+    assert group.mask.tolist() == [[1, 1, 1]] * 2 and state.rows == ["a", "b"]
     state.leave(["a"])
-    assert torch.equal(state.cache.layers[0].keys, short[1:]) and state.pos.tolist() == [3]
+    assert torch.equal(state.groups[0].cache.layers[0].keys, short[1:])
+    assert state.groups[0].pos.tolist() == [3]
+
+
+def _row(name: str, length: int) -> tuple[list[str], _Cache, torch.Tensor, torch.Tensor]:
+    keys = torch.full((1, 2, length, 4), float(length))
+    return (
+        [name],
+        _Cache([GrowingLayer(keys, -keys)]),
+        torch.ones(1, length),
+        torch.tensor([length]),
+    )
+
+
+def test_a_row_much_longer_than_the_others_gets_a_group_of_its_own_without_a_copy() -> None:
+    state = BatchState(ragged=True)
+    state.join(*_row("a", 40))
+    state.join(*_row("b", 50))
+    long = _row("c", 40 + batch.SPLIT + 100)
+    state.join(*long)
+    assert [g.rows for g in state.groups] == [["a", "b"], ["c"]]
+    # the long prompt's KV is not padded or copied, and the short rows read none of it
+    assert state.groups[1].cache.layers[0].keys is long[1].layers[0].keys
+    assert state.groups[0].mask.shape[1] == 50
+    state.join(*_row("d", 30))  # a short one joins the short group
+    assert [g.rows for g in state.groups] == [["a", "b", "d"], ["c"]]
+
+
+def test_without_ragged_decoding_every_row_shares_one_group() -> None:
+    state = BatchState()
+    state.join(*_row("a", 40))
+    state.join(*_row("c", 40 + batch.SPLIT + 100))
+    assert [g.rows for g in state.groups] == [["a", "c"]]
+
+
+def test_groups_are_capped_and_a_group_whose_rows_all_leave_is_gone() -> None:
+    state = BatchState(ragged=True)
+    lengths = [10 + i * (batch.SPLIT + 10) for i in range(batch.MAX_GROUPS + 1)]
+    names = [f"r{i}" for i in range(len(lengths))]  # rows are told apart by identity
+    for name, n in zip(names, lengths, strict=True):
+        state.join(*_row(name, n))
+    assert len(state.groups) == batch.MAX_GROUPS  # the last joined the group it pads least
+    assert state.groups[-1].rows == names[-2:]
+    state.leave(names[:1])
+    assert len(state.groups) == batch.MAX_GROUPS - 1 and names[0] not in state.rows
+    state.leave(state.rows)
+    assert state.groups == [] and state.rows == []

@@ -4,8 +4,10 @@ Each call of `step` computes at most one chunk (PREFILL_CHUNK_TOKENS, shared fai
 prompts being prefilled) in one forward pass, so the scheduler can run a decode step of the
 running batch between chunks. A prompt starts from the longest prefix of it in the prefix
 cache, and its blocks go into the cache once it is computed. When a reply ends, its prompt and
-reply are prefilled again in the background, chunk by chunk when nothing else waits, and
-cached: the next turn of the conversation then finds the whole history. The reply's own KV,
+reply are prefilled again in the background, chunk by chunk once the model has been idle for a
+moment (scheduler.BACKGROUND_AFTER), and cached: the next turn of the conversation then finds
+the whole history. A next turn that comes sooner holds the reply in its own prompt, which then
+computes and caches it, and the background job is dropped. The reply's own KV,
 from the decode steps, is not reused, because it came from other kernels (the 4-bit weights,
 one query per call): a next turn built on it would answer differently than from scratch.
 
@@ -104,7 +106,11 @@ class Prefiller:
         self.seals.clear()
 
     def _start(self, seq: Any) -> PrefillJob:
-        job = self.jobs[id(seq)] = self._job(list(seq.prompt_ids), seq, count=True)
+        tokens = list(seq.prompt_ids)
+        # a finished reply this prompt continues (its next turn) is cached with this prompt
+        # when it completes: computing it in the background as well would only delay it
+        self.seals = deque(s for s in self.seals if tokens[: len(s.tokens)] != s.tokens)
+        job = self.jobs[id(seq)] = self._job(tokens, seq, count=True)
         return job
 
     def _job(self, tokens: list[int], seq: Any, count: bool) -> PrefillJob:

@@ -33,6 +33,11 @@ from inference.sampling_params import Sampled, SamplingParams, TokenLogprob
 from inference.textstream import Detokenizer, StopFilter
 
 log = logging.getLogger("inference.scheduler")
+# The backend's own work (caching a finished reply) waits until the model has been idle this
+# long: a conversation's next turn often follows its reply at once (a script, a quick user),
+# and then computes the reply's tokens within its own prompt, in the same step, instead of
+# waiting behind a background step that does the same work (inference/hf_prefill.py).
+BACKGROUND_AFTER = 0.25
 FinishReason = Literal["stop", "length", "cancelled"]
 
 
@@ -167,6 +172,7 @@ class Scheduler:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._busy_at = 0.0  # time.monotonic() at the end of the last step with requests
 
     # --- asyncio side -------------------------------------------------------------------
     @property
@@ -220,12 +226,14 @@ class Scheduler:
 
     def _step(self) -> bool:
         with self._cond:
-            while not (
-                self._stopping or self._waiting or self.running or self.backend.has_background()
-            ):
-                self._cond.wait()
+            while not (self._stopping or self._waiting or self.running):
+                idle = time.monotonic() - self._busy_at
+                if self.backend.has_background() and idle >= BACKGROUND_AFTER:
+                    break
+                self._cond.wait(BACKGROUND_AFTER - idle if self.backend.has_background() else None)
             if self._stopping:
                 return False
+            busy = bool(self._waiting or self.running)
             self._drop_cancelled()
             room = self.max_batch - self.running
             # counted as running from now on, so back-pressure sees them while they prefill
@@ -234,6 +242,8 @@ class Scheduler:
             )
         self._guarded(self._prefill, None)
         self._guarded(self._decode, None)
+        if busy:
+            self._busy_at = time.monotonic()
         return True
 
     def _drop_cancelled(self) -> None:

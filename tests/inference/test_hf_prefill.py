@@ -127,3 +127,30 @@ async def test_the_cache_stays_within_its_bound(loaded_model: Any) -> None:
     assert 0 < stats.bytes <= stats.capacity_bytes == 2 * 2**20
     assert stats.evicted_blocks > 0
     assert cold == warm
+
+
+@pytest.mark.anyio
+async def test_a_next_turn_sent_at_once_computes_the_reply_with_its_prompt(
+    loaded_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No wait behind the reply's background caching: the next turn's prompt covers it."""
+    from inference import scheduler
+
+    monkeypatch.setattr(scheduler, "BACKGROUND_AFTER", 5.0)  # the reply is surely not cached yet
+    *_, settled, _, _ = await _conversation(loaded_model, prefix_cache_mb=0, prefill_chunk_tokens=0)
+    engine = TransformersEngine(model_settings(prefix_cache_mb=64), loaded=loaded_model)
+    await engine.start()
+    await engine.wait_ready(300)
+    try:
+        _, reply = await _reply(engine, TURN1)
+        prefiller = engine.scheduler.backend.prefiller
+        (seal,) = prefiller.seals  # turn 1's reply waits for the model to be idle
+        turn2 = [*TURN1, Message("assistant", reply), Message("user", "Shorter, please.")]
+        assert await _greedy(engine, turn2) == settled
+        assert seal not in prefiller.seals  # turn 2's prompt held the reply, and cached it
+        hits = engine.cache_stats().hit_tokens
+        assert await _greedy(engine, turn2) == settled
+        prompt2 = encode_chat(loaded_model.tokenizer, turn2)
+        assert engine.cache_stats().hit_tokens - hits >= (len(prompt2) - 1) // BLOCK * BLOCK
+    finally:
+        await engine.stop()

@@ -157,3 +157,34 @@ async def test_background_work_runs_while_idle() -> None:
     finally:
         sched.stop()
     assert backend.log == [("background", ())] * 3
+
+
+async def test_background_work_waits_until_the_model_is_idle(monkeypatch) -> None:
+    """A request that follows another at once is served before the backend's own work."""
+    from inference import scheduler
+
+    class Sealing(ChunkedBackend):
+        def release(self, seqs: list[Sequence]) -> None:
+            super().release(seqs)
+            if seqs[0].request_id == "first":
+                self.background_steps = 2  # the finished reply, to be cached
+
+    monkeypatch.setattr(scheduler, "BACKGROUND_AFTER", 2.0)
+    backend = Sealing()
+    sched = Scheduler(backend, max_batch=1, max_queue=1)
+    sched.start(asyncio.get_running_loop())
+    try:
+        first = seq("first", 1, 1)
+        sched.submit(first)
+        await finish(first)
+        second = seq("second", 1, 1)
+        sched.submit(second)
+        await finish(second)
+        assert ("background", ()) not in backend.log
+        for _ in range(5000):
+            if not backend.has_background():
+                break
+            await asyncio.sleep(0.001)
+    finally:
+        sched.stop()
+    assert backend.log[-2:] == [("background", ())] * 2

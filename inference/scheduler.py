@@ -5,8 +5,9 @@ step over the admitted prompts (at most PREFILL_CHUNK_TOKENS, shared by all of t
 prompt takes several steps), then one batched decode step over every running sequence. A
 prompt joins the decode batch once its last chunk is computed; running streams therefore keep
 their pace while a long prompt loads, a short request starts streaming after one step, and a
-finished or cancelled one leaves the batch before the next step. When no prompt waits, the
-prefill step does the backend's own work instead (caching finished replies). Results reach the
+finished or cancelled one leaves the batch before the next step. When no request runs or waits
+and the model has been idle for BACKGROUND_AFTER, a step does the backend's own work instead
+(caching finished replies), so that work never slows a running stream. Results reach the
 asyncio side through ``loop.call_soon_threadsafe`` (once per step, for all sequences), so the
 event loop never waits on the model.
 
@@ -33,10 +34,11 @@ from inference.sampling_params import Sampled, SamplingParams, TokenLogprob
 from inference.textstream import Detokenizer, StopFilter
 
 log = logging.getLogger("inference.scheduler")
-# The backend's own work (caching a finished reply) waits until the model has been idle this
-# long: a conversation's next turn often follows its reply at once (a script, a quick user),
-# and then computes the reply's tokens within its own prompt, in the same step, instead of
-# waiting behind a background step that does the same work (inference/hf_prefill.py).
+# The backend's own work (caching a finished reply) waits until no request has run for this
+# long. Run beside decode steps, each of its chunks stalled every running stream (and cost 8
+# streams up to a fifth of their throughput); and a conversation's next turn often follows its
+# reply at once (a script, a quick user), and then computes the reply's tokens within its own
+# prompt, in the same step, instead of waiting behind a background step doing the same work.
 BACKGROUND_AFTER = 0.25
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -233,7 +235,7 @@ class Scheduler:
                 self._cond.wait(BACKGROUND_AFTER - idle if self.backend.has_background() else None)
             if self._stopping:
                 return False
-            busy = bool(self._waiting or self.running)
+            busy = bool(self._waiting or self.running)  # else: background work is due
             self._drop_cancelled()
             room = self.max_batch - self.running
             # counted as running from now on, so back-pressure sees them while they prefill
@@ -275,7 +277,8 @@ class Scheduler:
 
     def _prefill(self, _: None) -> None:
         if not self._prefilling:
-            self.backend.background()
+            if not self._running:
+                self.backend.background()
             return
         tokens = self.backend.prefill(list(self._prefilling))
         done = [(s, t) for s, t in zip(self._prefilling, tokens, strict=True) if t is not None]

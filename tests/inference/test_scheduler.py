@@ -188,3 +188,22 @@ async def test_background_work_waits_until_the_model_is_idle(monkeypatch) -> Non
     finally:
         sched.stop()
     assert backend.log[-2:] == [("background", ())] * 2
+
+
+async def test_background_work_never_runs_beside_a_stream() -> None:
+    backend = ChunkedBackend(background_steps=2)
+    sched = Scheduler(backend, max_batch=1, max_queue=1)
+    busy = seq("busy", 1, 30)
+    sched.submit(busy)  # before the start: no idle moment for the background work
+    sched.start(asyncio.get_running_loop())
+    try:
+        await finish(busy)
+        for _ in range(5000):
+            if not backend.has_background():
+                break
+            await asyncio.sleep(0.001)
+    finally:
+        sched.stop()
+    done = backend.log.index(("release", ("busy",)))
+    assert ("background", ()) not in backend.log[:done]
+    assert backend.log[done + 1 :] == [("background", ())] * 2

@@ -151,19 +151,22 @@ class Prefiller:
         ending = [
             p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)
         ]
-        rows = [p.offset + p.length - 1 for p in ending] or [0]
-        rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows every time
+        inputs = {
+            "input_ids": torch.tensor([ids], device=self.device),
+            "position_ids": torch.tensor([pos], device=self.device),
+            "attention_mask": torch.zeros((1, 1, 1, 1), device=self.device),  # the plan masks
+            "use_cache": False,
+            "prefill_plan": PrefillPlan(pieces, self.kv_heads),
+        }
         with quant.dense_only():
-            out = self.model(
-                input_ids=torch.tensor([ids], device=self.device),
-                position_ids=torch.tensor([pos], device=self.device),
-                attention_mask=torch.zeros(
-                    (1, 1, 1, 1), device=self.device
-                ),  # unused: the plan masks
-                use_cache=False,
-                logits_to_keep=torch.tensor(rows, device=self.device),
-                prefill_plan=PrefillPlan(pieces, self.kv_heads),
-            )
+            if not ending:  # no logits wanted: the decoder alone, without the LM head
+                getattr(self.model, self.model.base_model_prefix)(**inputs)
+                logits = None
+            else:
+                rows = [p.offset + p.length - 1 for p in ending]
+                rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows
+                keep = torch.tensor(rows, device=self.device)
+                logits = self.model(**inputs, logits_to_keep=keep).logits
         for p in pieces:
             p.job.done += p.length
-        return {p.job: out.logits[0, i] for i, p in enumerate(ending)}
+        return {p.job: logits[0, i] for i, p in enumerate(ending)} if logits is not None else {}

@@ -52,6 +52,17 @@ def test_kv_bits_do_not_depend_on_the_chunks(loaded_model: Any) -> None:
     assert torch.equal(kv2, kv) and torch.equal(logits2, logits)
 
 
+def test_only_a_prompts_last_chunk_pays_for_the_lm_head(loaded_model: Any) -> None:
+    calls: list[int] = []
+    hook = loaded_model.model.lm_head.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        prompt = encode_chat(loaded_model.tokenizer, TURN1)
+        _prefill(loaded_model, prompt, [128, 128, len(prompt) - 256])
+    finally:
+        hook.remove()
+    assert len(calls) == 1
+
+
 async def _greedy(engine: TransformersEngine, messages: list[Message]) -> list[int]:
     return (await _reply(engine, messages))[0]
 

@@ -94,23 +94,34 @@ def test_chunk_budget_is_shared_shortest_first() -> None:
     short, long_ = job(20), job(5000)
     plan = {id(j): n for j, n in plan_chunk([long_, short], 256, 3000.0)}
     assert plan[id(short)] == 20  # a short prompt finishes in its first step
-    assert plan[id(long_)] == ALIGN  # its share (~230) cut to end on a tile edge
+    assert plan[id(long_)] == 2 * ALIGN  # its share (~230) taken to the next tile edge
 
 
 def test_deep_tokens_count_for_more() -> None:
     assert affordable(256, 0, 3000.0) > affordable(256, 4000, 3000.0) > 256 // 3
     late = job(5000, done=4000)
     ((_, n),) = plan_chunk([late], 256, 3000.0)
-    assert n == (4000 + affordable(256, 4000, 3000.0)) // ALIGN * ALIGN - 4000
+    assert n == ALIGN - 4000 % ALIGN  # ~110 affordable there: up to the next edge
 
 
 def test_a_chunk_ends_on_a_tile_edge_when_it_can() -> None:
     ((_, n),) = plan_chunk([job(5000, done=100)], 300, 3000.0)
     assert (100 + n) % ALIGN == 0 and 0 < n <= 300
-    ((_, n),) = plan_chunk([job(5000, done=100)], 20, 3000.0)  # no edge within reach: as planned
-    assert n == affordable(20, 100, 3000.0)
+    ((_, n),) = plan_chunk([job(5000, done=0)], 20, 3000.0)  # no edge within reach: as planned
+    assert n == affordable(20, 0, 3000.0)
     ((_, n),) = plan_chunk([job(150, done=100)], 300, 3000.0)  # the prompt's end needs no edge
     assert n == 50
+
+
+def test_a_deep_prompt_goes_tile_by_tile_without_slivers() -> None:
+    """~120 tokens affordable per step there: each chunk a whole tile, none of a few tokens."""
+    late = job(4000, done=3072)
+    sizes = []
+    while late.remaining:
+        ((_, n),) = plan_chunk([late], 256, 3000.0)
+        sizes.append(n)
+        late.done += n
+    assert sizes == [ALIGN] * 7 + [4000 - 3072 - 7 * ALIGN]
 
 
 def test_no_budget_means_whole_prompts() -> None:

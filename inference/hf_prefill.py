@@ -129,7 +129,7 @@ class Prefiller:
             for i, block in enumerate(blocks):
                 kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = block
             job.done = job.cached = len(blocks) * BLOCK
-        kv[:, :, :, job.done :] = 0  # keys not computed yet are masked, and must not be NaN
+        _clear_tail(kv, job.done)
         return job
 
     def _cache(self, job: PrefillJob) -> None:
@@ -143,6 +143,7 @@ class Prefiller:
         ids: list[int] = []
         pos: list[int] = []
         for job, n in work:
+            _clear_tail(job.kv, job.done + n)
             pieces.append(Piece(job, job.done, n, len(ids)))
             ids += job.tokens[job.done : job.done + n]
             pos += range(job.done, job.done + n)
@@ -170,3 +171,13 @@ class Prefiller:
         for p in pieces:
             p.job.done += p.length
         return {p.job: logits[0, i] for i, p in enumerate(ending)} if logits is not None else {}
+
+
+def _clear_tail(kv: torch.Tensor, end: int) -> None:
+    """Zeros the positions after `end` in its key block: a chunk's queries attend their whole
+    block, the keys not computed yet masked, and those must not be NaN. Only that block: the
+    rest is written before it is read, so a long prompt's buffer is not zeroed (and paged in)
+    all at once in its first step (~30 ms for 4,000 tokens on CPU)."""
+    block_end = min(-(-end // ATTN_BLOCK) * ATTN_BLOCK, kv.shape[KV_TOKEN_DIM])
+    if block_end > end:
+        kv[:, :, :, end:block_end] = 0

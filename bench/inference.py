@@ -183,6 +183,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run every level's modes this many times, interleaved; rows are medians",
     )
     ap.add_argument(
+        "--plain",
+        action="store_true",
+        help="also run our server with PREFIX_CACHE_MB=0 and PREFILL_CHUNK_TOKENS=0, "
+        "interleaved with the default one: what the cache and chunking cost concurrent streams",
+    )
+    ap.add_argument(
         "--hf-manager",
         action="store_true",
         help="add transformers' ContinuousBatchingManager, in-process, as a baseline",
@@ -237,6 +243,10 @@ def start_modes(
             server_process(*our_server_cmd(args.dtype, max(levels)), port_flag="--port")
         )
     }
+    if args.plain:
+        cmd, ready = our_server_cmd(args.dtype, max(levels))
+        plain = [*cmd, "--prefix-cache-mb", "0", "--prefill-chunk-tokens", "0"]
+        http[PLAIN] = stack.enter_context(server_process(plain, ready, port_flag="--port"))
     if not args.skip_seed:
         http["seed thread+generate HTTP"] = stack.enter_context(
             server_process(
@@ -323,6 +333,7 @@ def _median_run(runs: list[Result]) -> Result:
 
 
 LETTERS = "ABCDEFGH"
+PLAIN = "no cache/chunks HTTP"
 
 
 def print_sampling_costs(
@@ -362,6 +373,11 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
         f" (>= 5x); TTFT p99 {ttft99(ours, n8) or float('nan'):.2f}s (<= 1.5 s)"
     )
     llama = "llama-cpp-python server"
+    for n in levels if (PLAIN, levels[0]) in rows else []:
+        print(
+            f"  {n} concurrent, prefix cache and chunked prefill on vs off: aggregate "
+            f"{ratio(tps(ours, n), tps(PLAIN, n))} (>= 0.95x)"
+        )
     print(
         f"  1 stream over HTTP vs in-process: "
         f"{ratio(tps(_median(ours), 1), tps(_median('batched in-process'), 1))} (>= 0.95x; medians)"

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from inference import quant
+
 ATTN_BLOCK = 256
 TILE = 32  # queries per attention call entry (a multiple of it divides ATTN_BLOCK)
 MIN_ROWS = 16  # fewer rows than this may take a matrix-vector path with other rounding
@@ -219,7 +221,10 @@ def layer_flops_ratio(model: Any) -> float:
         sum(
             m.in_features * m.out_features
             for m in layer.modules()
-            if hasattr(m, "in_features") and hasattr(m, "out_features")
+            # the fused 4-bit copies of q/k/v and gate/up serve decode only: not counted twice
+            if hasattr(m, "in_features")
+            and hasattr(m, "out_features")
+            and not isinstance(m, quant.FusedInt4)
         )
         if layer
         else 0

@@ -65,10 +65,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Prompt tokens one prefill step computes at most, so running streams get "
         "a decode step between the chunks of a long prompt; arriving prompts share a step. "
-        "A token deep in a prompt counts for more (1 + position / K, K ~5,000 for the bundled "
+        "A token deep in a prompt counts for more (1 + position / K, K ~3,000 for the bundled "
         "model, from the model's shape) because its attention reads every token before it, "
-        "so each step takes about the same time; a chunk is cut to end on a multiple of 128 "
-        "positions when it can (the prefill's matmul tile). 0: whole prompts in one step.",
+        "so each step takes about the same time; a chunk ends on a multiple of 128 positions "
+        "(the prefill's matmul tile), up to a quarter past its share to reach one. 0: whole "
+        "prompts in one step.",
     )
     prefix_cache_mb: int = Field(
         512,

@@ -165,3 +165,11 @@ async def test_a_next_turn_sent_at_once_computes_the_reply_with_its_prompt(
         assert engine.cache_stats().hit_tokens - hits >= (len(prompt2) - 1) // BLOCK * BLOCK
     finally:
         await engine.stop()
+
+
+def test_the_chunk_cost_model_counts_each_weight_once(loaded_model: Any) -> None:
+    """K = 2 * weights per layer / (4 * heads * head_dim): SmolLM2-135M has 3.54M per layer
+    (q, o 576x576; k, v 192x576; gate, up, down 576x1536) and 9 heads of 64, so K = 3072."""
+    from inference.prefill import layer_flops_ratio
+
+    assert layer_flops_ratio(loaded_model.model) == pytest.approx(3072, rel=0.01)

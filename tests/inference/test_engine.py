@@ -187,3 +187,40 @@ async def test_stop_fails_open_streams(make_engine: Any) -> None:
     await engine.stop()
     rest = [ev async for ev in it]
     assert isinstance(rest[-1], ErrorEvent | FinishEvent)
+
+
+class _Recording(FakeEngine):
+    """Notes the thread that loaded it; fails to load when told to."""
+
+    fail = False
+
+    def _load(self) -> None:
+        import threading
+
+        self.loaded_in = threading.current_thread()
+        if self.fail:
+            raise OSError("no model here")
+        super()._load()
+
+
+async def test_the_model_loads_in_a_thread_of_its_own_that_ends() -> None:
+    """No idle torch thread team may outlive the load beside the model thread's (it slowed
+    every op of the model thread on 2 cores): not the event loop's, nor a pool's worker."""
+    engine = _Recording(fake_settings())
+    await engine.start()
+    await engine.wait_ready(30)
+    try:
+        assert engine.loaded_in.name == "model-load"
+        engine.loaded_in.join(10)
+        assert not engine.loaded_in.is_alive()
+    finally:
+        await engine.stop()
+
+
+async def test_a_failed_load_is_reported_not_raised() -> None:
+    engine = _Recording(fake_settings())
+    engine.fail = True
+    await engine.start()
+    with pytest.raises(RuntimeError, match="OSError: no model here"):
+        await engine.wait_ready(30)
+    assert not engine.ready

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.measure import HEADER, PROMPTS, Result, percentile, sampling_fields
+from bench.measure import HEADER, PROMPTS, Result, percentile, sampling_fields, wait_for_quiet
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine
 from inference.model_store import LoadedModel, prepare_model
@@ -324,6 +324,7 @@ def _rounds(modes: dict[str, Measure], rounds: int, n: int, tokens: int) -> dict
     runs: dict[str, list[Result]] = {label: [] for label in modes}
     for _ in range(rounds):
         for label, measure in modes.items():
+            wait_for_quiet()  # no server's leftover work lands on the next mode
             runs[label].append(measure(n, tokens))
     return runs
 

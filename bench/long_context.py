@@ -15,7 +15,9 @@ each in interleaved rounds (medians):
    The largest gap between two tokens of the 4 streams while it is prefilled (their median
    gap beforehand for scale), and its own TTFT, chunked vs unchunked.
 
-All requests are greedy. bench/README.md keeps the figures.
+All requests are greedy. Before each measurement the benchmark waits for the machine to be
+quiet, so no server's leftover work (our cache filling in the background, llama.cpp finishing
+a prompt whose client left) lands on the next one. bench/README.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import httpx
 
 from bench.inference import server_process
+from bench.measure import wait_for_quiet
 
 DOCS = Path(__file__).parents[1] / "docs"
 CHARS_PER_TOKEN = 3.8  # of these docs through the bundled model's tokenizer
@@ -227,6 +230,7 @@ def report_next_turn(urls: dict[str, str], args: argparse.Namespace) -> None:
     runs: dict[str, list[tuple[float, float, int]]] = {label: [] for label in urls}
     for _ in range(args.rounds):
         for label, url in urls.items():
+            wait_for_quiet()
             runs[label].append(asyncio.run(next_turn(url, args.tokens, args.reply_tokens)))
     print(f"\n1. next turn of a conversation ({args.rounds} rounds, medians)")
     print(f"{'server':<20} {'prompt':>7} {'cold TTFT':>10} {'next TTFT':>10} {'next/cold':>10}")
@@ -254,6 +258,7 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
             stream_tokens = (
                 args.stream_tokens if label.startswith("ours") else min(args.stream_tokens, 64)
             )
+            wait_for_quiet()
             runs[label].append(asyncio.run(paste_while_streaming(url, args.tokens, stream_tokens)))
     print(
         f"\n2. a ~{args.tokens}-token paste while {STREAMS} streams run ({args.rounds} rounds, medians)"

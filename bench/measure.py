@@ -5,6 +5,7 @@ command line."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,3 +49,32 @@ class Result:
             f"{percentile(self.ttft, 99):>7.2f} {percentile(self.itl, 50) * 1000:>8.0f} "
             f"{percentile(self.itl, 99) * 1000:>8.0f} {self.failures:>5}"
         )
+
+
+def _busy_idle() -> tuple[int, int]:
+    """The machine's busy and idle CPU time so far, in clock ticks (Linux /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, idle
+
+
+def wait_for_quiet(busy_below: float = 0.15, window: float = 0.5, timeout: float = 60.0) -> float:
+    """Waits until the machine's CPUs are at most `busy_below` busy over `window` seconds, so a
+    server still doing its own work after the last measurement (our prefix cache filling in
+    the background, llama.cpp finishing a prompt whose client left) does not land on the next
+    one: on 2 cores it made a 4,000-token paste's TTFT swing from 4 s to 15 s. Returns the
+    seconds waited (timeout: gives up, for a machine that is never quiet)."""
+    start = time.monotonic()
+    try:
+        before = _busy_idle()
+    except OSError:  # not Linux: nothing to wait on
+        return 0.0
+    while time.monotonic() - start < timeout:
+        time.sleep(window)
+        after = _busy_idle()
+        busy, idle = after[0] - before[0], after[1] - before[1]
+        if busy + idle and busy / (busy + idle) <= busy_below:
+            break
+        before = after
+    return time.monotonic() - start

@@ -80,14 +80,19 @@ class RelayManager:
         self.loop = None
         self.background = []
 
-    def start(self, message_id: uuid.UUID) -> asyncio.Task:
+    def start(
+        self, message_id: uuid.UUID, known: Message | None = None, path: list | None = None
+    ) -> asyncio.Task:
+        """known and path: what the send that made the reply holds (saving.reply_load)."""
         self.ensure_started()
-        task = _detached_task(asyncio.get_running_loop(), self._relay(message_id))
+        task = _detached_task(asyncio.get_running_loop(), self._relay(message_id, known, path))
         self.relays[message_id] = task
         task.add_done_callback(lambda _: self.relays.pop(message_id, None))
         return task
 
-    def launch(self, message_id: uuid.UUID) -> bool:
+    def launch(
+        self, message_id: uuid.UUID, known: Message | None = None, path: list | None = None
+    ) -> bool:
         """Start a relay from any thread (sync views run in a worker thread under ASGI)."""
         loop = self.loop
         if loop is None or loop.is_closed():
@@ -96,9 +101,11 @@ class RelayManager:
             )
             return False
         if _running_loop() is loop:
-            self.start(message_id)
+            self.start(message_id, known, path)
         else:
-            loop.call_soon_threadsafe(self.start, message_id, context=contextvars.Context())
+            loop.call_soon_threadsafe(
+                self.start, message_id, known, path, context=contextvars.Context()
+            )
         return True
 
     def request_stop(self, message_id: uuid.UUID) -> None:
@@ -112,9 +119,11 @@ class RelayManager:
             asyncio.run_coroutine_threadsafe(asend_stop(message_id), loop).result(timeout=5)
 
     # --- one reply -------------------------------------------------------------------
-    async def _relay(self, message_id: uuid.UUID) -> None:
+    async def _relay(self, message_id: uuid.UUID, known: Message | None, path) -> None:
         try:
-            message, request = await sync_to_async(saving.reply_load)(message_id=message_id)
+            message, request = await sync_to_async(saving.reply_load)(
+                message_id=message_id, known=known, path=path
+            )
         except Message.DoesNotExist:
             return
         reply = Reply(

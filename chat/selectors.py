@@ -187,8 +187,9 @@ def prompt_history_newest_first(
     path: the ids from the first message down to the question, when the caller already has
     them (the send that made the reply). The tree is not read then, and the reply's own row
     comes with the first page: Message.DoesNotExist unless it is still streaming (its
-    conversation deleted before its relay started), the check the relay's start would
-    otherwise spend a query of its own on."""
+    conversation deleted before its relay started), and its stop_requested is copied onto
+    `reply` (a Stop pressed before the relay listened): what the relay's start would
+    otherwise spend queries of its own on."""
     if path is None:
         tree = conversation_tree(conversation=reply.conversation)
         ids = tree.path_to(reply.id)[:-1] if reply.id in tree else []
@@ -199,11 +200,15 @@ def prompt_history_newest_first(
     for start in range(0, max(len(ids), 1), page):
         chunk = ids[start : start + page]
         wanted = [*chunk, reply.id] if check else chunk
-        rows = Message.objects.filter(pk__in=wanted).values_list("id", "role", "content", "status")
-        found = {message_id: (role, content, status) for message_id, role, content, status in rows}
+        rows = Message.objects.filter(pk__in=wanted).values_list(
+            "id", "role", "content", "status", "stop_requested"
+        )
+        found = {row[0]: row[1:] for row in rows}
         if check:
-            if found.get(reply.id, (None, None, None))[2] != Message.Status.STREAMING:
+            own = found.get(reply.id)
+            if own is None or own[2] != Message.Status.STREAMING:
                 raise Message.DoesNotExist("The reply is no longer being written.")
+            reply.stop_requested = own[3]
             check = False
         yield from (found[i][:2] for i in chunk if i in found)
 

@@ -120,6 +120,16 @@ class RelayManager:
 
     # --- one reply -------------------------------------------------------------------
     async def _relay(self, message_id: uuid.UUID, known: Message | None, path) -> None:
+        # Listening first: a Stop sent before then shows in the row read next.
+        listening = await self.stops.listen(message_id)
+        try:
+            await self._relay_listening(message_id, known, path, listening)
+        finally:
+            await self.stops.forget(message_id)
+
+    async def _relay_listening(
+        self, message_id: uuid.UUID, known: Message | None, path, listening: bool
+    ) -> None:
         try:
             message, request = await sync_to_async(saving.reply_load)(
                 message_id=message_id, known=known, path=path
@@ -143,7 +153,8 @@ class RelayManager:
             self.live[message_id] = reply
             self._tell(message_id, ("start", start))
             await apublish(reply.conversation_id, "message.start", start)
-            outcome = await self._stream(reply, request)
+            stop = self.stops.wait_for_stop(message_id, listening, message.stop_requested)
+            outcome = await self._stream(reply, request, stop)
         except Exception as exc:  # the relay must always end the reply, whatever broke
             logger.exception("relay for %s failed", message_id)
             outcome = InferenceError(
@@ -155,11 +166,12 @@ class RelayManager:
             METRICS.relay_ended()
         await self._finish(reply, outcome)
 
-    async def _stream(self, reply: Reply, request: ChatRequest):
-        """Returns CANCELLED, None (the stream ended) or the InferenceError that ended it."""
+    async def _stream(self, reply: Reply, request: ChatRequest, wait_for_stop):
+        """Returns CANCELLED, None (the stream ended) or the InferenceError that ended it.
+        wait_for_stop: a coroutine that returns when the user pressed Stop."""
         pump = asyncio.create_task(self._pump(reply, request))
         publisher = asyncio.create_task(self._publisher(reply))
-        stop = asyncio.create_task(self.stops.wait_for_stop(reply.message_id))
+        stop = asyncio.create_task(wait_for_stop)
         try:
             await asyncio.wait({pump, stop}, return_when=asyncio.FIRST_COMPLETED)
             cancelled = stop.done() and not pump.done()

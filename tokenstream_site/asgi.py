@@ -24,7 +24,7 @@ django_application = SyncViewsInOneThread()
 from chat.relay.manager import relay_manager  # noqa: E402
 from chat.streaming import delivery  # noqa: E402
 from chat.streaming.channels import EVENTS_ROUTE  # noqa: E402
-from chat.streaming.sse import ConversationEvents  # noqa: E402
+from chat.streaming.sse import ConversationEvents, KeepServerSend  # noqa: E402
 
 
 class StartRelays:
@@ -41,7 +41,7 @@ class StartRelays:
 
 http = URLRouter(
     [
-        path(EVENTS_ROUTE, AuthMiddlewareStack(ConversationEvents())),
+        path(EVENTS_ROUTE, KeepServerSend(AuthMiddlewareStack(ConversationEvents()))),
         re_path(r"", django_application),
     ]
 )

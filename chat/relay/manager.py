@@ -18,7 +18,7 @@ from django.db import DatabaseError
 
 from chat import usage
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
-from chat.models import Message
+from chat.models import Conversation, Message
 from chat.relay import prompt, saving
 from chat.relay.metrics import METRICS
 from chat.relay.reply import CANCELLED, Reply, final_state, reply_usage
@@ -39,6 +39,8 @@ SWEEP_INTERVAL = 5.0
 IDLE_CHANNEL_SECONDS = 3600.0
 FINAL_WRITE_ATTEMPTS = 30
 CLEANUP_SECONDS = 5.0
+# How long the end of a /v1 API reply waits for its reader's tap (RelayManager.ended).
+ENDED_KEPT_SECONDS = 60.0
 
 
 class RelayManager:
@@ -51,6 +53,10 @@ class RelayManager:
         # Replies being relayed, and in-process readers of them (the /v1 API).
         self.live: dict[uuid.UUID, Reply] = {}
         self.taps: dict[uuid.UUID, list[asyncio.Queue]] = {}
+        # The end of each /v1 API reply, until its reader taps it: the relay starts at the
+        # commit and can end (a server that refuses at once) before the view, resumed only
+        # after that, taps it; the end's `kind` exists nowhere else.
+        self.ended: dict[uuid.UUID, tuple[float, tuple]] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -62,6 +68,7 @@ class RelayManager:
         self.unsaved.clear()
         self.live.clear()
         self.taps.clear()
+        self.ended.clear()
         self.stops = StopSignals()
         self.background = [
             _detached_task(loop, self.stops.receive_forever(), name="relay-stop-receiver"),
@@ -269,19 +276,25 @@ class RelayManager:
         await self._save_final(reply.message_id, fields, reply_usage(reply, fields))
         # Readers learn the end once it is saved (and counted).
         self.live.pop(reply.message_id, None)
-        self._tell(reply.message_id, ("end", {"fields": fields, "kind": kind}))
+        end = ("end", {"fields": fields, "kind": kind})
+        if reply.source == Conversation.Source.API and reply.message_id not in self.taps:
+            self.ended[reply.message_id] = (time.monotonic(), end)
+        self._tell(reply.message_id, end)
         await apublish(reply.conversation_id, event, data)
 
     # --- in-process readers ----------------------------------------------------------
     def tap(self, message_id: uuid.UUID) -> asyncio.Queue:
         """On the loop: a queue of the reply's ("start", data), ("token", text) and finally
         ("end", {"fields", "kind"}) items. A reply already under way first gives what it
-        published so far, as one token; one that ended before the tap gives nothing (the
-        reader then finds it ended in the database)."""
+        published so far, as one token; a /v1 API reply that ended before the tap gives its
+        end; another gives nothing (the reader then finds it ended in the database)."""
         queue: asyncio.Queue = asyncio.Queue()
         self.taps.setdefault(message_id, []).append(queue)
         reply = self.live.get(message_id)
-        if reply is not None:
+        ended = self.ended.pop(message_id, None)
+        if ended is not None:
+            queue.put_nowait(ended[1])
+        elif reply is not None:
             queue.put_nowait(("start", {"message_id": str(message_id), "model": reply.model}))
             if reply.parts:
                 queue.put_nowait(("token", "".join(reply.parts)))
@@ -341,7 +354,14 @@ class RelayManager:
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)
+            self._forget_old_ends()
             await asyncio.sleep(SWEEP_INTERVAL)
+
+    def _forget_old_ends(self) -> None:
+        """Ends of API replies whose reader never tapped them (it went away)."""
+        cutoff = time.monotonic() - ENDED_KEPT_SECONDS
+        for message_id in [i for i, (at, _) in self.ended.items() if at < cutoff]:
+            del self.ended[message_id]
 
     async def sweep(self) -> None:
         orphans = await sync_to_async(saving.replies_interrupt_orphans)(

@@ -175,20 +175,42 @@ def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:
     return UsageEvent.objects.filter(user_id=user_id, action=action, created_at__gte=since).count()
 
 
-def prompt_history_newest_first(*, reply: Message, page: int = 32) -> Iterator[tuple[str, str]]:
+def prompt_history_newest_first(
+    *, reply: Message, page: int = 32, path: list | None = None
+) -> Iterator[tuple[str, str]]:
     """What a reply answers: (role, content) of the messages on its own path, from its
     question back to the first, wherever the user's active path is now. Newest first and
     read a page at a time (the tree's shape is one light query): the caller stops once the
     model's context is full, so a long conversation is not read whole for every reply.
-    Rows, not model instances: a relay's start reads nothing else of them."""
-    tree = conversation_tree(conversation=reply.conversation)
-    ids = tree.path_to(reply.id)[:-1] if reply.id in tree else []
+    Rows, not model instances: a relay's start reads nothing else of them.
+
+    path: the ids from the first message down to the question, when the caller already has
+    them (the send that made the reply). The tree is not read then, and the reply's own row
+    comes with the first page: Message.DoesNotExist unless it is still streaming (its
+    conversation deleted before its relay started), and its stop_requested is copied onto
+    `reply` (a Stop pressed before the relay listened): what the relay's start would
+    otherwise spend queries of its own on."""
+    if path is None:
+        tree = conversation_tree(conversation=reply.conversation)
+        ids = tree.path_to(reply.id)[:-1] if reply.id in tree else []
+    else:
+        ids = list(path)
     ids.reverse()
-    for start in range(0, len(ids), page):
+    check = path is not None
+    for start in range(0, max(len(ids), 1), page):
         chunk = ids[start : start + page]
-        rows = Message.objects.filter(pk__in=chunk).values_list("id", "role", "content")
-        found = {message_id: (role, content) for message_id, role, content in rows}
-        yield from (found[i] for i in chunk if i in found)
+        wanted = [*chunk, reply.id] if check else chunk
+        rows = Message.objects.filter(pk__in=wanted).values_list(
+            "id", "role", "content", "status", "stop_requested"
+        )
+        found = {row[0]: row[1:] for row in rows}
+        if check:
+            own = found.get(reply.id)
+            if own is None or own[2] != Message.Status.STREAMING:
+                raise Message.DoesNotExist("The reply is no longer being written.")
+            reply.stop_requested = own[3]
+            check = False
+        yield from (found[i][:2] for i in chunk if i in found)
 
 
 def feedback_for(*, message: Message) -> Feedback | None:

@@ -193,8 +193,12 @@ def _admit_reply(conversation: Conversation) -> None:
     _check_quota(user_id=user_id)
 
 
-def _new_reply(*, conversation: Conversation, question: Message) -> Message:
-    """An unsaved streaming reply to `question`; its relay starts once it is committed."""
+def _new_reply(
+    *, conversation: Conversation, question: Message, path: list | None = None
+) -> Message:
+    """An unsaved streaming reply to `question`; its relay starts once it is committed.
+    path: the ids from the first message down to `question`, when the caller knows them:
+    the relay's start then reads only the history's text (saving.reply_load)."""
     reply = Message(
         conversation=conversation,
         role=Message.Role.ASSISTANT,
@@ -206,23 +210,32 @@ def _new_reply(*, conversation: Conversation, question: Message) -> Message:
     )
     # A new reply has no feedback: the presenter need not ask the database.
     Message.feedback.related.set_cached_value(reply, None)
-    transaction.on_commit(lambda: relay_manager.launch(reply.id))
+    if path is None:
+        transaction.on_commit(lambda: relay_manager.launch(reply.id))
+    else:
+        transaction.on_commit(lambda: relay_manager.launch(reply.id, reply, path))
     return reply
 
 
-def _reply_create(*, conversation: Conversation, question: Message) -> Message:
-    reply = _new_reply(conversation=conversation, question=question)
+def _reply_create(
+    *, conversation: Conversation, question: Message, path: list | None = None
+) -> Message:
+    reply = _new_reply(conversation=conversation, question=question, path=path)
     reply.save(force_insert=True)
     return reply
 
 
-def _question_and_reply(*, conversation: Conversation, parent_id, content: str) -> SentMessage:
+def _question_and_reply(
+    *, conversation: Conversation, parent_id, content: str, path: list | None = None
+) -> SentMessage:
     """A question under parent_id (None: a first message) and its streaming reply, which
-    becomes the end of the active path. Both rows in one INSERT (their ids are made here)."""
+    becomes the end of the active path. Both rows in one INSERT (their ids are made here).
+    path: the ids from the first message down to parent_id, when the caller knows them."""
     question = Message(
         conversation=conversation, role=Message.Role.USER, content=content, parent_id=parent_id
     )
-    reply = _new_reply(conversation=conversation, question=question)
+    question_path = None if path is None else [*path, question.id]
+    reply = _new_reply(conversation=conversation, question=question, path=question_path)
     Message.objects.bulk_create([question, reply])
     conversation.active_leaf = reply
     if not conversation.title:
@@ -247,7 +260,9 @@ def message_send_to(*, owner_id, conversation_id, content: str) -> SentMessage:
         tree = selectors.conversation_tree(conversation=conversation)
         path = tree.active_path(conversation.active_leaf_id)
         parent_id = path[-1] if path else None
-        sent = _question_and_reply(conversation=conversation, parent_id=parent_id, content=content)
+        sent = _question_and_reply(
+            conversation=conversation, parent_id=parent_id, content=content, path=path
+        )
     question, reply = sent.user_message, sent.assistant_message
     siblings = {
         question.id: [*tree.children.get(parent_id, []), question.id],
@@ -340,7 +355,11 @@ def conversation_start_from_api(
         )
         _admit_reply(conversation)
         history = _history_create(conversation=conversation, turns=turns)
-        reply = _reply_create(conversation=conversation, question=history[-1])
+        reply = _reply_create(
+            conversation=conversation,
+            question=history[-1],
+            path=[message.id for message in history],
+        )
         conversation.active_leaf = reply
         conversation.save(update_fields=["active_leaf", "updated_at"])
     return SentMessage(user_message=history[-1], assistant_message=reply)

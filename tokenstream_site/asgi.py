@@ -1,6 +1,6 @@
 """ASGI entry point for daphne: Channels' protocol router around Django. Event streams
 are served by chat.streaming.sse without Django's per-request thread; everything else by
-Django.
+Django (its sync views in one thread each: tokenstream_site/handlers.py).
 The relay manager starts on the server's event loop before the first request."""
 
 import asyncio
@@ -9,17 +9,22 @@ import signal
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 
+import django  # noqa: E402
+
+django.setup(set_prefix=False)  # what django.core.asgi.get_asgi_application does first
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-django_application = get_asgi_application()
+from tokenstream_site.handlers import SyncViewsInOneThread  # noqa: E402
+
+django_application = SyncViewsInOneThread()
 
 from chat.relay.manager import relay_manager  # noqa: E402
 from chat.streaming import delivery  # noqa: E402
 from chat.streaming.channels import EVENTS_ROUTE  # noqa: E402
-from chat.streaming.sse import ConversationEvents  # noqa: E402
+from chat.streaming.sse import ConversationEvents, KeepServerSend  # noqa: E402
 
 
 class StartRelays:
@@ -36,7 +41,7 @@ class StartRelays:
 
 http = URLRouter(
     [
-        path(EVENTS_ROUTE, AuthMiddlewareStack(ConversationEvents())),
+        path(EVENTS_ROUTE, KeepServerSend(AuthMiddlewareStack(ConversationEvents()))),
         re_path(r"", django_application),
     ]
 )

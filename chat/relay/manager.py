@@ -18,7 +18,7 @@ from django.db import DatabaseError
 
 from chat import usage
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
-from chat.models import Message
+from chat.models import Conversation, Message
 from chat.relay import prompt, saving
 from chat.relay.metrics import METRICS
 from chat.relay.reply import CANCELLED, Reply, final_state, reply_usage
@@ -39,6 +39,8 @@ SWEEP_INTERVAL = 5.0
 IDLE_CHANNEL_SECONDS = 3600.0
 FINAL_WRITE_ATTEMPTS = 30
 CLEANUP_SECONDS = 5.0
+# How long the end of a /v1 API reply waits for its reader's tap (RelayManager.ended).
+ENDED_KEPT_SECONDS = 60.0
 
 
 class RelayManager:
@@ -51,6 +53,10 @@ class RelayManager:
         # Replies being relayed, and in-process readers of them (the /v1 API).
         self.live: dict[uuid.UUID, Reply] = {}
         self.taps: dict[uuid.UUID, list[asyncio.Queue]] = {}
+        # The end of each /v1 API reply, until its reader taps it: the relay starts at the
+        # commit and can end (a server that refuses at once) before the view, resumed only
+        # after that, taps it; the end's `kind` exists nowhere else.
+        self.ended: dict[uuid.UUID, tuple[float, tuple]] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     def ensure_started(self) -> None:
@@ -62,6 +68,7 @@ class RelayManager:
         self.unsaved.clear()
         self.live.clear()
         self.taps.clear()
+        self.ended.clear()
         self.stops = StopSignals()
         self.background = [
             _detached_task(loop, self.stops.receive_forever(), name="relay-stop-receiver"),
@@ -80,14 +87,19 @@ class RelayManager:
         self.loop = None
         self.background = []
 
-    def start(self, message_id: uuid.UUID) -> asyncio.Task:
+    def start(
+        self, message_id: uuid.UUID, known: Message | None = None, path: list | None = None
+    ) -> asyncio.Task:
+        """known and path: what the send that made the reply holds (saving.reply_load)."""
         self.ensure_started()
-        task = _detached_task(asyncio.get_running_loop(), self._relay(message_id))
+        task = _detached_task(asyncio.get_running_loop(), self._relay(message_id, known, path))
         self.relays[message_id] = task
         task.add_done_callback(lambda _: self.relays.pop(message_id, None))
         return task
 
-    def launch(self, message_id: uuid.UUID) -> bool:
+    def launch(
+        self, message_id: uuid.UUID, known: Message | None = None, path: list | None = None
+    ) -> bool:
         """Start a relay from any thread (sync views run in a worker thread under ASGI)."""
         loop = self.loop
         if loop is None or loop.is_closed():
@@ -96,9 +108,11 @@ class RelayManager:
             )
             return False
         if _running_loop() is loop:
-            self.start(message_id)
+            self.start(message_id, known, path)
         else:
-            loop.call_soon_threadsafe(self.start, message_id, context=contextvars.Context())
+            loop.call_soon_threadsafe(
+                self.start, message_id, known, path, context=contextvars.Context()
+            )
         return True
 
     def request_stop(self, message_id: uuid.UUID) -> None:
@@ -112,9 +126,21 @@ class RelayManager:
             asyncio.run_coroutine_threadsafe(asend_stop(message_id), loop).result(timeout=5)
 
     # --- one reply -------------------------------------------------------------------
-    async def _relay(self, message_id: uuid.UUID) -> None:
+    async def _relay(self, message_id: uuid.UUID, known: Message | None, path) -> None:
+        # Listening first: a Stop sent before then shows in the row read next.
+        listening = await self.stops.listen(message_id)
         try:
-            message, request = await sync_to_async(saving.reply_load)(message_id=message_id)
+            await self._relay_listening(message_id, known, path, listening)
+        finally:
+            await self.stops.forget(message_id)
+
+    async def _relay_listening(
+        self, message_id: uuid.UUID, known: Message | None, path, listening: bool
+    ) -> None:
+        try:
+            message, request = await sync_to_async(saving.reply_load)(
+                message_id=message_id, known=known, path=path
+            )
         except Message.DoesNotExist:
             return
         reply = Reply(
@@ -134,7 +160,8 @@ class RelayManager:
             self.live[message_id] = reply
             self._tell(message_id, ("start", start))
             await apublish(reply.conversation_id, "message.start", start)
-            outcome = await self._stream(reply, request)
+            stop = self.stops.wait_for_stop(message_id, listening, message.stop_requested)
+            outcome = await self._stream(reply, request, stop)
         except Exception as exc:  # the relay must always end the reply, whatever broke
             logger.exception("relay for %s failed", message_id)
             outcome = InferenceError(
@@ -146,11 +173,12 @@ class RelayManager:
             METRICS.relay_ended()
         await self._finish(reply, outcome)
 
-    async def _stream(self, reply: Reply, request: ChatRequest):
-        """Returns CANCELLED, None (the stream ended) or the InferenceError that ended it."""
+    async def _stream(self, reply: Reply, request: ChatRequest, wait_for_stop):
+        """Returns CANCELLED, None (the stream ended) or the InferenceError that ended it.
+        wait_for_stop: a coroutine that returns when the user pressed Stop."""
         pump = asyncio.create_task(self._pump(reply, request))
         publisher = asyncio.create_task(self._publisher(reply))
-        stop = asyncio.create_task(self.stops.wait_for_stop(reply.message_id))
+        stop = asyncio.create_task(wait_for_stop)
         try:
             await asyncio.wait({pump, stop}, return_when=asyncio.FIRST_COMPLETED)
             cancelled = stop.done() and not pump.done()
@@ -248,19 +276,25 @@ class RelayManager:
         await self._save_final(reply.message_id, fields, reply_usage(reply, fields))
         # Readers learn the end once it is saved (and counted).
         self.live.pop(reply.message_id, None)
-        self._tell(reply.message_id, ("end", {"fields": fields, "kind": kind}))
+        end = ("end", {"fields": fields, "kind": kind})
+        if reply.source == Conversation.Source.API and reply.message_id not in self.taps:
+            self.ended[reply.message_id] = (time.monotonic(), end)
+        self._tell(reply.message_id, end)
         await apublish(reply.conversation_id, event, data)
 
     # --- in-process readers ----------------------------------------------------------
     def tap(self, message_id: uuid.UUID) -> asyncio.Queue:
         """On the loop: a queue of the reply's ("start", data), ("token", text) and finally
         ("end", {"fields", "kind"}) items. A reply already under way first gives what it
-        published so far, as one token; one that ended before the tap gives nothing (the
-        reader then finds it ended in the database)."""
+        published so far, as one token; a /v1 API reply that ended before the tap gives its
+        end; another gives nothing (the reader then finds it ended in the database)."""
         queue: asyncio.Queue = asyncio.Queue()
         self.taps.setdefault(message_id, []).append(queue)
         reply = self.live.get(message_id)
-        if reply is not None:
+        ended = self.ended.pop(message_id, None)
+        if ended is not None:
+            queue.put_nowait(ended[1])
+        elif reply is not None:
             queue.put_nowait(("start", {"message_id": str(message_id), "model": reply.model}))
             if reply.parts:
                 queue.put_nowait(("token", "".join(reply.parts)))
@@ -320,7 +354,14 @@ class RelayManager:
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)
+            self._forget_old_ends()
             await asyncio.sleep(SWEEP_INTERVAL)
+
+    def _forget_old_ends(self) -> None:
+        """Ends of API replies whose reader never tapped them (it went away)."""
+        cutoff = time.monotonic() - ENDED_KEPT_SECONDS
+        for message_id in [i for i, (at, _) in self.ended.items() if at < cutoff]:
+            del self.ended[message_id]
 
     async def sweep(self) -> None:
         orphans = await sync_to_async(saving.replies_interrupt_orphans)(

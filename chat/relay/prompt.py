@@ -78,11 +78,11 @@ def generation_for(conversation: Conversation) -> dict:
     }
 
 
-def _history(reply: Message, budget: int) -> list[dict]:
+def _history(reply: Message, budget: int, path: list | None) -> list[dict]:
     """The newest turns, read until they alone overflow the budget (trim_to_budget then
     decides what of the last one read stays)."""
     turns, used = [], 0
-    for role, content in selectors.prompt_history_newest_first(reply=reply):
+    for role, content in selectors.prompt_history_newest_first(reply=reply, path=path):
         if not content:
             continue
         turns.append({"role": role, "content": content})
@@ -93,7 +93,9 @@ def _history(reply: Message, budget: int) -> list[dict]:
     return turns
 
 
-def build_request(reply: Message) -> ChatRequest:
+def build_request(reply: Message, path: list | None = None) -> ChatRequest:
+    """path: the ids from the first message to the reply's question when the caller knows
+    them (selectors.prompt_history_newest_first)."""
     conversation = reply.conversation
     # A reply made before generation records existed is asked like a new one.
     generation = {**generation_for(conversation), **(reply.generation or {})}
@@ -102,7 +104,7 @@ def build_request(reply: Message) -> ChatRequest:
         messages.append({"role": "system", "content": generation["system_prompt"]})
     max_tokens = generation["max_tokens"]
     budget = settings.INFERENCE_CONTEXT_TOKENS - max_tokens
-    messages += _history(reply, budget)
+    messages += _history(reply, budget, path)
     return ChatRequest(
         messages=trim_to_budget(messages, budget),
         model=conversation.model or settings.INFERENCE_MODEL,

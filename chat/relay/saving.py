@@ -13,9 +13,17 @@ from chat.relay import prompt
 from chat.usage import ReplyUsage, usage_record
 
 
-def reply_load(*, message_id: uuid.UUID) -> tuple[Message, ChatRequest]:
+def reply_load(
+    *, message_id: uuid.UUID, known: Message | None = None, path: list | None = None
+) -> tuple[Message, ChatRequest]:
     """The reply still streaming and the request that writes it; Message.DoesNotExist
-    when it ended before its relay started."""
+    when it ended before its relay started.
+
+    known and path: the reply as the send that made it holds it (its conversation and
+    preset loaded) and the ids of its question's path. Then the history's one query is all
+    (it also checks the reply still streams): the send's rows are not read again."""
+    if known is not None and path is not None:
+        return known, prompt.build_request(known, path=path)
     message = Message.objects.select_related("conversation__preset").get(
         pk=message_id, status=Message.Status.STREAMING
     )

@@ -3,7 +3,8 @@
 One channel-layer channel per process receives every Stop for its relays: 200 relays each
 blocked in their own receive meant 200 Redis BZPOPMIN connections, which timed out under
 load and could not be cancelled cleanly. A Stop sent before the relay listened is still
-seen: the service also sets the row's `stop_requested` flag, which the relay checks.
+seen: the service also sets the row's `stop_requested` flag, which the relay reads with the
+reply's row once it listens (no query of its own).
 """
 
 import asyncio
@@ -55,23 +56,34 @@ class StopSignals:
             with contextlib.suppress(KeyError, ValueError):
                 self.waiting[uuid.UUID(message["message_id"])].set()
 
-    async def wait_for_stop(self, message_id: uuid.UUID) -> None:
+    async def listen(self, message_id: uuid.UUID) -> bool:
+        """Hear Stops of this reply from now on: True once the channel layer delivers them,
+        False when it cannot (wait_for_stop then watches the row's flag). The relay calls
+        it before reading the reply's row, so that a Stop sent before is in that read."""
+        self.waiting[message_id] = asyncio.Event()
+        if not self.ready.is_set():
+            # The receiver has no channel yet (it gets one on the loop's first turns): the
+            # relay must not wait on it to start, so this reply watches the flag instead.
+            return False
+        return await self._listen(get_channel_layer(), message_id)
+
+    async def wait_for_stop(self, message_id: uuid.UUID, listening: bool, flagged: bool) -> None:
         """Returns only when the user pressed Stop (a signal through the channel layer, or
-        the row's flag for a Stop sent before we listened)."""
-        stopped = self.waiting[message_id] = asyncio.Event()
-        layer = get_channel_layer()
-        await self.ready.wait()
-        try:
-            listening = await self._listen(layer, message_id)
-            while not await _stop_flagged(message_id):
-                if listening:
-                    await stopped.wait()
-                    return
-                await asyncio.sleep(POLL_SECONDS)
-        finally:
-            self.waiting.pop(message_id, None)
-            with contextlib.suppress(Exception):
-                await layer.group_discard(stop_group(message_id), self.channel)
+        the row's flag). listening: what listen() returned; flagged: the row's
+        stop_requested as read after listen() began (a Stop sent before we listened)."""
+        if flagged:
+            return
+        if listening:
+            await self.waiting[message_id].wait()
+            return
+        while not await _stop_flagged(message_id):
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def forget(self, message_id: uuid.UUID) -> None:
+        """Stop hearing Stops of this reply (its relay has ended)."""
+        self.waiting.pop(message_id, None)
+        with contextlib.suppress(Exception):
+            await get_channel_layer().group_discard(stop_group(message_id), self.channel)
 
     async def _listen(self, layer, message_id: uuid.UUID) -> bool:
         try:

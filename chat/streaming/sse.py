@@ -41,6 +41,24 @@ SSE_HEADERS = [
 OPENING = ":" + " " * 2048 + "\n\nevent: stream-open\ndata:\n\n"
 
 
+# The server's own `send`, kept in the scope by KeepServerSend.
+SERVER_SEND = "tokenstream.server_send"
+
+
+class KeepServerSend:
+    """Outermost on the event stream's route: keeps the server's `send` in the scope.
+    Channels' session middleware wraps `send` to save the session and set its cookie with
+    the response's start; a stream's later messages (one per event, for as long as the page
+    is open) merely pass through that wrapper, which reads the session for each. The
+    stream's start still goes through the wrapper, its body straight to the server."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        return await self.app({**scope, SERVER_SEND: send}, receive, send)
+
+
 async def plain_response(send, status: int, text: str, retry_after: int | None = None) -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8")]
     if retry_after is not None:
@@ -97,6 +115,7 @@ class ConversationEvents:
         except TimeoutError:
             return await plain_response(send, 503, "Event delivery is not available.\n")
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        send = scope.get(SERVER_SEND, send)  # the body: see KeepServerSend
         conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
 
         async def still_allowed() -> bool:

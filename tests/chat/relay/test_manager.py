@@ -106,3 +106,78 @@ def test_stop_ends_the_reply_as_cancelled_keeping_its_text(settings):
     assert (reply.status, reply.finish_reason) == ("cancelled", "cancelled")
     assert 2 <= len(tokens) < 16
     assert reply.content == "".join(t["text"] for t in tokens)
+
+
+@pytest.mark.parametrize("how", ["send", "regenerate"])
+def test_a_stop_pressed_before_the_relay_listened_still_cancels_the_reply(
+    settings, monkeypatch, how
+):
+    # The relay reads the row's flag once it listens: with the history when a send handed
+    # it the reply, with the reply's row otherwise (a regenerate).
+    conversation = create_conversation()
+    if how == "regenerate":
+        first = asyncio.run(send_and_relay(conversation, "one two"))
+    settings.FAKE_TOKENS_PER_SECOND = 50
+    real_launch = relay_manager.launch
+
+    def launch_after_a_stop(message_id, *known):
+        Message.objects.filter(pk=message_id).update(stop_requested=True)
+        return real_launch(message_id, *known)
+
+    monkeypatch.setattr(relay_manager, "launch", launch_after_a_stop)
+
+    async def start_and_wait():
+        relay_manager.ensure_started()
+        try:
+            if how == "send":
+                sent = await sync_to_async(services.message_send)(
+                    conversation=conversation, content="a b c d e f g h"
+                )
+                reply_id = sent.assistant_message.id
+            else:
+                old = await Message.objects.select_related("conversation").aget(pk=first.id)
+                reply_id = (await sync_to_async(services.reply_regenerate)(reply=old)).id
+            for _ in range(200):
+                if reply_id in relay_manager.relays:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(relay_manager.relays[reply_id], 10)
+            return await Message.objects.aget(pk=reply_id)
+        finally:
+            await relay_manager.aclose()
+
+    reply = asyncio.run(start_and_wait())
+    assert (reply.status, reply.finish_reason) == ("cancelled", "cancelled")
+    assert relay_manager.stops.waiting == {}
+
+
+def test_an_api_reply_that_ended_before_its_reader_tapped_it_still_gives_its_end(settings):
+    # The /v1 view taps the reply only once the service returns; a server that refuses at
+    # once can end the relay before that. The end's kind (what the API's status comes from)
+    # is not in the database.
+    settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
+    settings.INFERENCE_URLS = ["http://127.0.0.1:9"]
+    settings.INFERENCE_BUSY_RETRY_SECONDS = 0
+    user = create_conversation().owner
+
+    async def end_then_tap():
+        relay_manager.ensure_started()
+        try:
+            sent = await sync_to_async(services.conversation_start_from_api)(
+                owner=user, system_prompt="", turns=[("user", "hello")], settings_={}
+            )
+            reply_id = sent.assistant_message.id
+            for _ in range(200):
+                if reply_id in relay_manager.relays:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(relay_manager.relays[reply_id], 10)
+            queue = relay_manager.tap(reply_id)
+            return queue.get_nowait(), relay_manager.ended
+        finally:
+            await relay_manager.aclose()
+
+    (kind, payload), ended = asyncio.run(end_then_tap())
+    assert kind == "end" and payload["fields"]["status"] == "failed"
+    assert payload["kind"] == "unavailable"
+    assert ended == {}

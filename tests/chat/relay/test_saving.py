@@ -5,8 +5,10 @@ import datetime
 import pytest
 from django.utils import timezone
 
+from chat import services
 from chat.models import Message
 from chat.relay import saving
+from chat.relay.manager import relay_manager
 from tests.support.factories import create_conversation, create_message
 
 pytestmark = pytest.mark.django_db
@@ -56,3 +58,43 @@ def test_a_reply_nobody_saves_becomes_interrupted_with_its_text_kept():
     reply.refresh_from_db()
     assert [o.id for o in orphans] == [reply.id]
     assert (reply.status, reply.content, reply.retryable) == ("interrupted", "half a sto", True)
+
+
+def sent_with_relay_start(monkeypatch, conversation, content: str):
+    """A send as the API makes it, and what it hands the relay's start."""
+    launches = []
+    monkeypatch.setattr(relay_manager, "launch", lambda *args: launches.append(args))
+    sent = services.message_send(conversation=conversation, content=content)
+    [(message_id, known, path)] = launches
+    assert message_id == sent.assistant_message.id
+    return known, path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sends_relay_starts_with_one_query_and_the_same_request(
+    monkeypatch, django_assert_num_queries
+):
+    conversation = create_conversation(system_prompt="Be brief.")
+    known, path = sent_with_relay_start(monkeypatch, conversation, "first")
+    saving.reply_finish(
+        message_id=known.id, fields={"status": "complete", "content": "one"}, usage=None
+    )
+    known, path = sent_with_relay_start(monkeypatch, conversation, "second")
+
+    with django_assert_num_queries(1):
+        message, request = saving.reply_load(message_id=known.id, known=known, path=path)
+
+    _, read = saving.reply_load(message_id=known.id)
+    assert message is known
+    assert request == read
+    assert [m["content"] for m in request.messages] == ["Be brief.", "first", "one", "second"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_deleted_before_its_relay_starts_is_not_relayed(monkeypatch):
+    conversation = create_conversation()
+    known, path = sent_with_relay_start(monkeypatch, conversation, "hello")
+    conversation.delete()
+
+    with pytest.raises(Message.DoesNotExist):
+        saving.reply_load(message_id=known.id, known=known, path=path)

@@ -10,7 +10,7 @@ from chat.streaming import memory_log
 from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import id_prefix
 from chat.streaming.publish import publish_on_loop
-from chat.streaming.sse import ConversationEvents
+from chat.streaming.sse import ConversationEvents, KeepServerSend
 from tests.support.factories import create_conversation, create_user
 from tests.support.sse import parse_sse_block
 
@@ -223,3 +223,33 @@ def test_a_stream_whose_channel_was_evicted_gets_reset_and_every_later_event_onc
     asyncio.run(subscriber.run_while(action))
     seen = [(e.event, e.json.get("text")) for e in subscriber.events()]
     assert seen == [("token", "a"), ("token", "b"), ("stream-reset", None), ("token", "d")]
+
+
+def test_the_body_goes_to_the_servers_send_and_only_the_start_through_the_wrapper():
+    # The route keeps the server's send in the scope (KeepServerSend) under channels'
+    # session middleware, whose send wrapper acts on the start alone.
+    conversation = create_conversation()
+    subscriber = Subscriber(conversation.owner, conversation.id)
+    wrapped = []
+    server_send = subscriber.send
+
+    async def through_the_wrapper(message):
+        wrapped.append(message["type"])
+        await server_send(message)
+
+    async def serve(scope, receive, send):
+        await ConversationEvents()(scope, receive, through_the_wrapper)
+
+    async def run():
+        subscriber.task = asyncio.ensure_future(
+            KeepServerSend(serve)(subscriber.scope, subscriber.receive, server_send)
+        )
+        await asyncio.sleep(0.05)
+        await publish_tokens(conversation.id, ["a", "b"])()
+        await asyncio.sleep(0.05)
+        await subscriber.leave()
+
+    asyncio.run(run())
+    assert subscriber.status == 200
+    assert [e.json["text"] for e in subscriber.events()] == ["a", "b"]
+    assert wrapped == ["http.response.start"]

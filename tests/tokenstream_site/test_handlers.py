@@ -1,0 +1,61 @@
+"""Django under daphne: sync views through the all-sync chain in one thread, async views
+(the /v1 API) through Django's own chain (tokenstream_site/handlers.py)."""
+
+import asyncio
+import threading
+
+import pytest
+from channels.testing import HttpCommunicator
+
+from tokenstream_site.handlers import SyncViewsInOneThread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def handler(monkeypatch):
+    handler = SyncViewsInOneThread()
+    calls = []
+    serve = handler.sync_handler.get_response
+
+    def spy(request):
+        calls.append(threading.get_ident())
+        return serve(request)
+
+    monkeypatch.setattr(handler.sync_handler, "get_response", spy)
+    handler.sync_calls = calls
+    return handler
+
+
+def request(handler, method: str, path: str, body: bytes = b"", headers=None) -> dict:
+    headers = [(b"host", b"testserver"), *(headers or [])]
+    communicator = HttpCommunicator(handler, method, path, body=body, headers=headers)
+    return asyncio.run(communicator.get_response(timeout=10))
+
+
+def test_a_sync_view_is_served_whole_by_the_sync_chain_in_a_thread(handler):
+    response = request(handler, "GET", "/accounts/login/")
+    assert response["status"] == 200 and b"password" in response["body"]
+    assert len(handler.sync_calls) == 1 and handler.sync_calls[0] != threading.get_ident()
+
+
+def test_the_sync_chain_keeps_every_middleware(handler):
+    # CSRF refuses a form without its token, the API answers JSON to a stranger, and the
+    # security headers are set: the middleware ran, in the sync chain.
+    refused = request(handler, "POST", "/accounts/login/", b"username=a&password=b")
+    assert refused["status"] == 403
+    api = request(handler, "GET", "/api/conversations/")
+    assert api["status"] == 401 and b"Sign in first." in api["body"]
+    assert (b"X-Frame-Options", b"DENY") in api["headers"]
+    assert len(handler.sync_calls) == 2
+
+
+def test_an_unknown_path_is_a_404_from_the_sync_chain(handler):
+    assert request(handler, "GET", "/no/such/page/")["status"] == 404
+    assert len(handler.sync_calls) == 1
+
+
+def test_an_async_view_keeps_djangos_chain(handler):
+    response = request(handler, "GET", "/v1/models")
+    assert response["status"] == 401 and b"error" in response["body"]
+    assert handler.sync_calls == []

@@ -349,8 +349,6 @@ class RelayManager:
         while True:
             try:
                 await self.sweep()
-                # Housekeeping that sends used to do each time (services._charge).
-                await sync_to_async(usage.usage_events_prune)()
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)
@@ -364,6 +362,9 @@ class RelayManager:
             del self.ended[message_id]
 
     async def sweep(self) -> None:
+        """The periodic database work: orphaned replies, and old rate-limit rows (which each
+        send used to delete itself: services._charge)."""
+        await sync_to_async(usage.usage_events_prune)()
         orphans = await sync_to_async(saving.replies_interrupt_orphans)(
             stale_after=settings.RELAY_STALE_AFTER, exclude=set(self.relays)
         )

@@ -25,7 +25,7 @@ def fake_client(settings, fresh_inference_client, monkeypatch):
 
     # The test database is SQLite in memory with a shared cache, where two connections
     # writing at once fail at once ("table is locked") instead of waiting: keep the
-    # sweeper's write at loop start from racing the request's own.
+    # sweeper's writes at loop start (orphans, old rate rows) from racing the request's own.
     async def no_sweep():
         return None
 

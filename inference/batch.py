@@ -159,13 +159,9 @@ class BatchState:
         return [s for g in self.groups for s in g.rows]
 
     def join(self, seqs: list[Any], cache: Any, mask: torch.Tensor, pos: torch.Tensor) -> None:
-        length = mask.shape[1]
-        best = min(self.groups, key=lambda g: g.padding_added(length, len(seqs)), default=None)
-        if best is None or (
-            self.ragged
-            and best.padding_added(length, len(seqs)) > SPLIT
-            and len(self.groups) < MAX_GROUPS
-        ):
+        added = {g: g.padding_added(mask.shape[1], len(seqs)) for g in self.groups}
+        best = min(added, key=added.__getitem__, default=None)
+        if best is None or (self.ragged and added[best] > SPLIT and len(added) < MAX_GROUPS):
             self.groups.append(Group(list(seqs), cache, mask, pos))
         else:
             best.add(seqs, cache, mask, pos)

@@ -229,10 +229,13 @@ class Scheduler:
     def _step(self) -> bool:
         with self._cond:
             while not (self._stopping or self._waiting or self.running):
+                if not self.backend.has_background():
+                    self._cond.wait()
+                    continue
                 idle = time.monotonic() - self._busy_at
-                if self.backend.has_background() and idle >= BACKGROUND_AFTER:
+                if idle >= BACKGROUND_AFTER:
                     break
-                self._cond.wait(BACKGROUND_AFTER - idle if self.backend.has_background() else None)
+                self._cond.wait(BACKGROUND_AFTER - idle)
             if self._stopping:
                 return False
             busy = bool(self._waiting or self.running)  # else: background work is due

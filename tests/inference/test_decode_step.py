@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
@@ -10,11 +9,9 @@ import pytest
 import torch
 
 from inference.decode_step import DecodeStep, supports
-from inference.engine import Message
-from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
-from inference.sampling_params import SamplingParams
+from inference.hf_engine import TransformersBackend, eos_ids
 from inference.scheduler import Sequence
-from inference.textstream import IncrementalDetokenizer
+from tests.support.inference_app import greedy_sequence
 
 pytestmark = pytest.mark.model
 PROMPTS = [
@@ -27,15 +24,7 @@ TOKENS = 24
 
 
 def _sequences(loaded: Any, prompts: list[str]) -> list[Sequence]:
-    return [
-        Sequence(
-            encode_chat(loaded.tokenizer, [Message("user", p)]),
-            SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
-            IncrementalDetokenizer(loaded.tokenizer),
-            asyncio.Queue(),
-        )
-        for p in prompts
-    ]
+    return [greedy_sequence(loaded, p, TOKENS) for p in prompts]
 
 
 def _greedy(loaded: Any, prompts: list[str], lean: bool) -> list[list[int]]:

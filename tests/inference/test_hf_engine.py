@@ -14,6 +14,7 @@ from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence
 from inference.textstream import IncrementalDetokenizer
+from tests.support.inference_app import greedy_sequence
 
 pytestmark = pytest.mark.model
 PROMPT = "List the planets of the solar system, one per line, and say one thing about each."
@@ -76,13 +77,7 @@ def _greedy_alone(loaded: Any, decode_threads: int, seen: list[int]) -> list[int
     )
     forward = backend._forward
     backend._forward = lambda *a: (seen.append(torch.get_num_threads()), forward(*a))[1]
-    prompt = encode_chat(loaded.tokenizer, [Message("user", PROMPT)])
-    seq = Sequence(
-        prompt,
-        SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
-        IncrementalDetokenizer(loaded.tokenizer),
-        asyncio.Queue(),
-    )
+    seq = greedy_sequence(loaded, PROMPT, TOKENS)
     step = backend.prefill
     for _ in range(TOKENS):
         seq.generated.append(step([seq])[0].token)
@@ -108,15 +103,7 @@ def test_a_lone_stream_decodes_on_decode_threads_with_the_same_answer(loaded_mod
 
 def _staggered(loaded: Any, backend: TransformersBackend, prompts: list[str]) -> list[list[int]]:
     """Greedy replies of `prompts`, each joining the batch 3 decode steps after the one before."""
-    seqs = [
-        Sequence(
-            encode_chat(loaded.tokenizer, [Message("user", p)]),
-            SamplingParams(max_tokens=TOKENS, temperature=0, ignore_eos=True),
-            IncrementalDetokenizer(loaded.tokenizer),
-            asyncio.Queue(),
-        )
-        for p in prompts
-    ]
+    seqs = [greedy_sequence(loaded, p, TOKENS) for p in prompts]
     running: list[Sequence] = []
     for step in range(TOKENS + 3 * len(seqs)):
         if step % 3 == 0 and seqs[len(running) :]:

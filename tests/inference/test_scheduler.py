@@ -79,6 +79,13 @@ async def finish(s: Sequence) -> list[Any]:
     return events
 
 
+async def background_done(backend: ChunkedBackend) -> None:
+    for _ in range(5000):
+        if not backend.has_background():
+            return
+        await asyncio.sleep(0.001)
+
+
 async def started(s: Sequence) -> None:
     while s.queue.empty():
         await asyncio.sleep(0.001)
@@ -150,10 +157,7 @@ async def test_background_work_runs_while_idle() -> None:
     sched = Scheduler(backend, max_batch=1, max_queue=0)
     sched.start(asyncio.get_running_loop())
     try:
-        for _ in range(1000):
-            if not backend.has_background():
-                break
-            await asyncio.sleep(0.001)
+        await background_done(backend)
     finally:
         sched.stop()
     assert backend.log == [("background", ())] * 3
@@ -181,10 +185,7 @@ async def test_background_work_waits_until_the_model_is_idle(monkeypatch) -> Non
         sched.submit(second)
         await finish(second)
         assert ("background", ()) not in backend.log
-        for _ in range(5000):
-            if not backend.has_background():
-                break
-            await asyncio.sleep(0.001)
+        await background_done(backend)
     finally:
         sched.stop()
     assert backend.log[-2:] == [("background", ())] * 2
@@ -198,10 +199,7 @@ async def test_background_work_never_runs_beside_a_stream() -> None:
     sched.start(asyncio.get_running_loop())
     try:
         await finish(busy)
-        for _ in range(5000):
-            if not backend.has_background():
-                break
-            await asyncio.sleep(0.001)
+        await background_done(backend)
     finally:
         sched.stop()
     done = backend.log.index(("release", ("busy",)))

@@ -105,3 +105,18 @@ def bare_sequence(prompt: Ids[int], generated: Ids[int] = (), **params: Any) -> 
     )
     seq.generated = list(generated)
     return seq
+
+
+def greedy_sequence(loaded: Any, prompt: str, tokens: int) -> Sequence:
+    """One user message as the real model's backend takes it: exactly `tokens` greedy tokens
+    (no end at EOS), its text detokenized, driven by the test rather than a scheduler."""
+    from inference.engine import Message
+    from inference.hf_engine import encode_chat
+    from inference.textstream import IncrementalDetokenizer
+
+    return Sequence(
+        encode_chat(loaded.tokenizer, [Message("user", prompt)]),
+        SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True),
+        IncrementalDetokenizer(loaded.tokenizer),
+        asyncio.Queue(),
+    )

@@ -30,6 +30,16 @@ def published(conversation_id) -> list[tuple[str, dict]]:
     return [(event.type, json.loads(event.data)) for event in events]
 
 
+async def relayed(reply_id) -> Message:
+    """The reply as saved once the relay that a service started for it has ended."""
+    for _ in range(200):  # the relay starts on the next loop iteration
+        if reply_id in relay_manager.relays:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(relay_manager.relays[reply_id], 10)
+    return await Message.objects.aget(pk=reply_id)
+
+
 async def send_and_relay(conversation, content: str) -> Message:
     """POST a message as the API does, then wait for the relay the service started."""
     relay_manager.ensure_started()
@@ -37,13 +47,7 @@ async def send_and_relay(conversation, content: str) -> Message:
         sent = await sync_to_async(services.message_send)(
             conversation=conversation, content=content
         )
-        reply_id = sent.assistant_message.id
-        for _ in range(200):  # the relay starts on the next loop iteration
-            if reply_id in relay_manager.relays:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.wait_for(relay_manager.relays[reply_id], 10)
-        return await Message.objects.aget(pk=reply_id)
+        return await relayed(sent.assistant_message.id)
     finally:
         await relay_manager.aclose()
 
@@ -137,12 +141,7 @@ def test_a_stop_pressed_before_the_relay_listened_still_cancels_the_reply(
             else:
                 old = await Message.objects.select_related("conversation").aget(pk=first.id)
                 reply_id = (await sync_to_async(services.reply_regenerate)(reply=old)).id
-            for _ in range(200):
-                if reply_id in relay_manager.relays:
-                    break
-                await asyncio.sleep(0.01)
-            await asyncio.wait_for(relay_manager.relays[reply_id], 10)
-            return await Message.objects.aget(pk=reply_id)
+            return await relayed(reply_id)
         finally:
             await relay_manager.aclose()
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from inference import quant
+from inference import prefill, quant
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -85,7 +85,6 @@ class DecodeStep:
     for a [batch, 1] decode step, bit for bit."""
 
     def __init__(self, model: Any) -> None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.masking_utils import create_causal_mask
 
         self.model = model
@@ -97,7 +96,8 @@ class DecodeStep:
         self.kv_heads = self.config.num_key_value_heads
         self.head_dim = self.layers[0].attn.head_dim
         self._mask = create_causal_mask
-        self._attend = sdpa_attention_forward
+        prefill.register()  # so the model's own forward attends as this step does
+        self._attend = prefill.attention  # what transformers' forward calls (its sdpa slot)
 
     def handles(self, batch: int) -> bool:
         """Outside dense_only() (a prefill), any batch."""

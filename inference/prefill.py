@@ -22,8 +22,9 @@ number of rows (tests/inference/test_prefill.py checks it), so only attention is
   pass however many sequences), and each attends only to its own KV, so a sequence's KV does
   not depend on what it was prefilled with either.
 
-The attention function takes over transformers' "sdpa" entry only while a PrefillPlan is passed
-in the forward's kwargs; every other call (decode, other users of the model) goes to sdpa as is.
+The attention function takes over transformers' "sdpa" entry: a PrefillPlan passed in the
+forward's kwargs attends as above, one query per row on CPU (a decode step) goes to
+inference/attention.py, and every other call (other users of the model) to sdpa as is.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from typing import Any
 import torch
 
 from inference import quant
+from inference.attention import handles as one_query_handles
+from inference.attention import one_query
 
 ATTN_BLOCK = 256
 # queries per attention call entry (a multiple of it divides ATTN_BLOCK). torch's CPU flash
@@ -190,6 +193,9 @@ def attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     plan: PrefillPlan | None = kwargs.get("prefill_plan")
+    if plan is None and one_query_handles(query, kwargs):
+        scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
+        return one_query(query, key, value, attention_mask, scale), None
     if plan is None:
         return _sdpa(module, query, key, value, attention_mask, *args, **kwargs)
     scale = kwargs.get("scaling") or query.shape[-1] ** -0.5

@@ -1,0 +1,79 @@
+"""inference/attention.py: one query per row, as sdpa computes it (random tensors, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from inference import prefill
+from inference.attention import handles, one_query
+
+HEADS, KV_HEADS, DIM = 9, 3, 64
+
+
+def _qkv(rows: int, keys: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, HEADS, 1, DIM, generator=g).to(torch.bfloat16)
+    k = (torch.randn(rows, KV_HEADS, keys, DIM, generator=g) * 2).to(torch.bfloat16)
+    v = torch.randn(rows, KV_HEADS, keys, DIM, generator=g).to(torch.bfloat16)
+    return q, k, v
+
+
+def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
+    """float64 attention, key heads repeated for their query heads -> [b, 1, H, D]."""
+    rep = HEADS // KV_HEADS
+    k, v = k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1)
+    scores = (q.double() @ k.transpose(-1, -2)) * DIM**-0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, -1) @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize("keys", [5, 300, 2100])
+def test_one_query_is_as_close_to_exact_attention_as_sdpa(keys: int) -> None:
+    q, k, v = _qkv(4, keys)
+    mask = torch.ones(4, 1, 1, keys, dtype=torch.bool)
+    mask[1, ..., : keys // 2] = False  # a left-padded row
+    ours = one_query(q, k, v, mask, DIM**-0.5)
+    sdpa = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=DIM**-0.5, enable_gqa=True
+    ).transpose(1, 2)
+    exact = _exact(q, k, v, mask)
+    assert ours.shape == (4, 1, HEADS, DIM) and ours.dtype == torch.bfloat16
+    ours_err = (ours.double() - exact).abs().max().item()
+    sdpa_err = (sdpa.double() - exact).abs().max().item()
+    assert ours_err <= sdpa_err * 1.01 + 1e-6
+
+
+def test_masked_keys_do_not_count() -> None:
+    q, k, v = _qkv(1, 40)
+    mask = torch.ones(1, 1, 1, 40, dtype=torch.bool)
+    mask[..., :25] = False
+    assert torch.equal(
+        one_query(q, k, v, mask, 0.125), one_query(q, k[:, :, 25:], v[:, :, 25:], None, 0.125)
+    )
+
+
+def test_an_additive_mask_is_added() -> None:
+    q, k, v = _qkv(2, 30)
+    keep = torch.ones(2, 1, 1, 30, dtype=torch.bool)
+    keep[0, ..., :10] = False
+    additive = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+    assert torch.equal(one_query(q, k, v, keep, 0.125), one_query(q, k, v, additive, 0.125))
+
+
+def test_only_single_queries_on_cpu_without_extras_are_handled() -> None:
+    one, many = torch.zeros(1, HEADS, 1, DIM), torch.zeros(1, HEADS, 7, DIM)
+    assert handles(one, {"dropout": 0.0})
+    assert not handles(many, {})
+    assert not handles(one, {"position_bias": torch.zeros(1)})
+    assert not handles(one, {"dropout": 0.1})
+
+
+def test_the_registered_attention_sends_a_decode_step_here() -> None:
+    q, k, v = _qkv(3, 50)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.layer_idx = HEADS // KV_HEADS, 0
+    out, _ = prefill.attention(module, q, k, v, None, dropout=0.0, scaling=0.125)
+    assert torch.equal(out, one_query(q, k, v, None, 0.125))

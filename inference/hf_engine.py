@@ -39,13 +39,14 @@ class TransformersBackend:
         chunk_tokens: int = 0,
         cache_bytes: int = 0,
         decode_threads: int = 0,
+        step_seconds: float = 0.0,
     ) -> None:
         """`decode_threads`: torch threads for a step of one sequence (0: as they are)."""
         self.model = model
         self.decode_threads = decode_threads
         self.device = model.device
         self.eos_ids = eos_ids
-        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes)
+        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes, step_seconds)
         # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits,
         # and it attends group by group, so rows of very different lengths need not share one
         # padded KV tensor (inference/batch.py)
@@ -180,6 +181,7 @@ class TransformersEngine(Engine):
             s.prefill_chunk_tokens,
             s.prefix_cache_mb * 2**20,
             s.decode_threads,
+            s.prefill_step_ms / 1000,
         )
 
     def cache_stats(self) -> Any:

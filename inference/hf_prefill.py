@@ -17,6 +17,7 @@ are the same with the cache cold, warm or off, chunked or not.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -29,6 +30,8 @@ from inference.prefill import (
     Piece,
     PrefillJob,
     PrefillPlan,
+    StepPace,
+    chunk_cost,
     layer_flops_ratio,
     plan_chunk,
     register,
@@ -40,7 +43,9 @@ KV_TOKEN_DIM = 3  # [layers, 2, kv_heads, tokens, head_dim]
 
 
 class Prefiller:
-    def __init__(self, model: Any, chunk_tokens: int, cache_bytes: int) -> None:
+    def __init__(
+        self, model: Any, chunk_tokens: int, cache_bytes: int, step_seconds: float = 0.0
+    ) -> None:
         register()
         self.model = model
         cfg = model.config
@@ -49,7 +54,7 @@ class Prefiller:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device = model.device
         self.dtype = model.get_input_embeddings().weight.dtype
-        self.chunk_tokens = chunk_tokens
+        self.pace = StepPace(chunk_tokens, step_seconds)
         self.ratio = layer_flops_ratio(model)
         self.cache = PrefixCache(cache_bytes, KV_TOKEN_DIM) if cache_bytes > 0 else None
         self.jobs: dict[int, PrefillJob] = {}  # id(seq) -> its prompt's job
@@ -63,7 +68,7 @@ class Prefiller:
         """One chunk over the prompts of `seqs`; for each prompt it completed (by id(seq)):
         its job (whose `kv` holds the prompt's KV) and its last position's logits."""
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
-        done = self._run(plan_chunk(jobs, self.chunk_tokens, self.ratio))
+        done = self._run(plan_chunk(jobs, self.pace.budget(), self.ratio))
         for job in done:
             del self.jobs[id(job.seq)]
             self._cache(job)
@@ -78,7 +83,7 @@ class Prefiller:
             ):  # set up when it first runs: the cache may hold more of it by then
                 job = self.seals[0] = self._job(job.tokens, None, count=False)
             if job.remaining:
-                self._run(plan_chunk([job], self.chunk_tokens, self.ratio))
+                self._run(plan_chunk([job], self.pace.budget(), self.ratio))
             if not job.remaining:
                 self.seals.popleft()
                 self._cache(job)
@@ -136,9 +141,16 @@ class Prefiller:
         if self.cache is not None and job.done > job.cached:
             self.cache.insert(job.tokens, job.kv, job.done)
 
-    @torch.inference_mode()
     def _run(self, work: list[tuple[PrefillJob, int]]) -> dict[PrefillJob, torch.Tensor]:
         """One forward pass over the pieces packed in one row; logits of completed prompts."""
+        cost, budget = chunk_cost(work, self.ratio), self.pace.budget()
+        start = time.perf_counter()
+        done = self._forward(work)
+        self.pace.record(cost, time.perf_counter() - start, budget)
+        return done
+
+    @torch.inference_mode()
+    def _forward(self, work: list[tuple[PrefillJob, int]]) -> dict[PrefillJob, torch.Tensor]:
         pieces: list[Piece] = []
         ids: list[int] = []
         pos: list[int] = []

@@ -47,6 +47,8 @@ TILE = 64
 MIN_ROWS = 16  # fewer rows than this may take a matrix-vector path with other rounding
 ALIGN = 128  # chunks end on multiples of this: quant.TILE rows, a multiple of TILE
 OVERSHOOT = 1.25  # how far past its share a chunk may run to end on an edge
+MIN_BUDGET = 64.0  # cost units: smaller steps would be mostly a pass over the weights
+MAX_GROWTH = 16  # the most a learnt budget may be, in PREFILL_CHUNK_TOKENS
 _registered = False
 
 
@@ -266,7 +268,46 @@ def _aligned(job: PrefillJob, n: int) -> int:
     return down if down > 0 else n
 
 
-def plan_chunk(jobs: list[PrefillJob], budget: int, ratio: float) -> list[tuple[PrefillJob, int]]:
+@dataclass
+class StepPace:
+    """Sizes prefill steps by the time they take rather than by a fixed count of tokens.
+
+    The cost model (1 + position / ratio per token) counts FLOPs, but what a FLOP costs differs
+    by machine and by kind: torch's CPU flash attention ran at ~110 GFLOP/s on an AMD EPYC
+    against ~480 on an Intel Xeon with AMX, where the matmuls differ far less. So a budget of
+    tokens that keeps one machine's steps short makes another's three times as long, and
+    running streams wait that long for their next token. The seconds one unit of cost took are
+    learnt from the steps run (a running average of the last few large steps) and the budget
+    is what fits in `seconds`; the token budget is the start, and the budget stays within
+    MIN_BUDGET and MAX_GROWTH times it. How a prompt is cut never changes its KV (above)."""
+
+    tokens: int  # PREFILL_CHUNK_TOKENS: the budget before any step is measured; 0: no chunks
+    seconds: float  # PREFILL_STEP_MS / 1000; 0: `tokens` is the budget of every step
+    per_unit: float = 0.0  # seconds per unit of cost, learnt
+
+    def budget(self) -> float:
+        if self.tokens <= 0 or self.seconds <= 0 or self.per_unit <= 0:
+            return float(self.tokens)
+        return min(max(self.seconds / self.per_unit, MIN_BUDGET), self.tokens * MAX_GROWTH)
+
+    def record(self, cost: float, seconds: float, budget: float) -> None:
+        """A step of `cost` units took `seconds`; steps well under the budget are not learnt
+        from (a short prompt's step is mostly the fixed cost of a pass over the weights)."""
+        if self.seconds <= 0 or cost <= 0 or cost < budget / 2:
+            return
+        rate = seconds / cost
+        if self.per_unit > 0:  # one descheduled step moves the estimate at most 2x
+            rate = min(max(rate, self.per_unit / 2), self.per_unit * 2)
+            rate = (self.per_unit + rate) / 2
+        self.per_unit = rate
+
+
+def chunk_cost(work: list[tuple[PrefillJob, int]], ratio: float) -> float:
+    """The cost model's units for a step's pieces (a token at position 0 costs 1)."""
+    return sum(n * (1 + (job.done + n / 2) / ratio) for job, n in work)
+
+
+def plan_chunk(jobs: list[PrefillJob], budget: float, ratio: float) -> list[tuple[PrefillJob, int]]:
     """Splits one step's budget fairly: shortest remaining first, each an equal share of what
     is left, so short prompts finish at once and long ones share the rest. 0: no limit."""
     if budget <= 0:
@@ -278,7 +319,7 @@ def plan_chunk(jobs: list[PrefillJob], budget: int, ratio: float) -> list[tuple[
         share = left / (len(todo) - i)
         n = _aligned(job, min(job.remaining, max(1, affordable(share, job.done, ratio))))
         out.append((job, n))
-        left -= n * (1 + (job.done + n / 2) / ratio)
+        left -= chunk_cost([(job, n)], ratio)
         if left <= 0:
             break
     return out

@@ -16,6 +16,7 @@ import torch
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine, encode_chat
 from inference.hf_prefill import Prefiller
+from inference.prefill import OVERSHOOT
 from inference.prefix_cache import BLOCK
 from inference.scheduler import SamplingParams
 from tests.support.inference_app import model_settings
@@ -114,9 +115,41 @@ async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> N
         {"prefix_cache_mb": 64, "prefill_chunk_tokens": 0},
         {"prefix_cache_mb": 64, "prefill_chunk_tokens": 96},
         {"prefix_cache_mb": 0, "prefill_chunk_tokens": 64},
+        # steps paced to take 1 ms: the learnt budget shrinks to its floor, chunk sizes vary
+        {"prefix_cache_mb": 64, "prefill_chunk_tokens": 128, "prefill_step_ms": 1},
     ):
         cold, warm, second, *_ = await _conversation(loaded_model, **settings)
         assert (cold, warm, second) == off[:3], settings
+
+
+def _steps(prefiller: Prefiller, prompt: list[int]) -> list[int]:
+    """The tokens each prefill step computed for `prompt`."""
+    seq, sizes, done = _Seq(prompt), [], 0
+    while not prefiller.step([seq]):
+        sizes.append(prefiller.jobs[id(seq)].done - done)
+        done += sizes[-1]
+    return [*sizes, len(prompt) - done]
+
+
+def test_prefill_steps_grow_to_fill_the_step_time(loaded_model: Any) -> None:
+    prompt = encode_chat(loaded_model.tokenizer, [Message("user", DOC[:2000])])
+    assert 400 < len(prompt) < 64 * 16
+    fixed = _steps(Prefiller(loaded_model.model, 64, 0), prompt)
+    paced = _steps(Prefiller(loaded_model.model, 64, 0, step_seconds=30.0), prompt)
+    assert len(fixed) >= 6 and max(fixed) <= 64 * OVERSHOOT  # to a tile edge at most
+    # the first step is the token budget's; it took far less than 30 s, so the rest fits in one
+    assert paced == [fixed[0], len(prompt) - fixed[0]]
+
+
+@pytest.mark.anyio
+async def test_the_engine_paces_prefill_steps_as_set(loaded_model: Any) -> None:
+    engine = TransformersEngine(model_settings(prefill_step_ms=123), loaded=loaded_model)
+    await engine.start()
+    await engine.wait_ready(300)
+    try:
+        assert engine.scheduler.backend.prefiller.pace.seconds == pytest.approx(0.123)
+    finally:
+        await engine.stop()
 
 
 @pytest.mark.anyio

@@ -15,10 +15,14 @@ import torch.nn.functional as F
 from inference.prefill import (
     ALIGN,
     ATTN_BLOCK,
+    MAX_GROWTH,
+    MIN_BUDGET,
     Piece,
     PrefillJob,
     PrefillPlan,
+    StepPace,
     affordable,
+    chunk_cost,
     plan_chunk,
 )
 
@@ -133,3 +137,45 @@ def test_every_prompt_progresses() -> None:
     jobs = [job(3000) for _ in range(8)]
     assert all(n >= 1 for _, n in plan_chunk(jobs, 8, 3000.0)[:1])
     assert plan_chunk(jobs, 1, 3000.0)[0][1] == 1
+
+
+def test_the_pace_starts_at_the_token_budget_and_learns_what_fits_the_step_time() -> None:
+    pace = StepPace(tokens=256, seconds=0.2)
+    assert pace.budget() == 256
+    pace.record(cost=256, seconds=0.1, budget=256)  # half the time it may take
+    assert pace.budget() == pytest.approx(512)
+    for _ in range(10):  # steps at 1 ms a unit: the budget converges on 200 units
+        pace.record(cost=pace.budget(), seconds=pace.budget() * 0.001, budget=pace.budget())
+    assert pace.budget() == pytest.approx(200, rel=0.01)
+
+
+def test_the_pace_keeps_its_budget_within_bounds() -> None:
+    fast, slow = StepPace(tokens=256, seconds=0.2), StepPace(tokens=256, seconds=0.2)
+    for _ in range(20):
+        fast.record(cost=fast.budget(), seconds=1e-6, budget=fast.budget())
+        slow.record(cost=slow.budget(), seconds=10.0, budget=slow.budget())
+    assert fast.budget() == 256 * MAX_GROWTH
+    assert slow.budget() == MIN_BUDGET
+
+
+def test_one_slow_step_moves_the_pace_at_most_twofold_and_small_steps_teach_nothing() -> None:
+    pace = StepPace(tokens=256, seconds=0.256)
+    pace.record(cost=256, seconds=0.256, budget=256)  # 1 ms a unit: 256 fit
+    pace.record(cost=256, seconds=25.6, budget=256)  # descheduled: 100x as long
+    assert pace.budget() == pytest.approx(256 / 1.5)
+    before = pace.budget()
+    pace.record(cost=10, seconds=1.0, budget=before)  # a short prompt: the pass over weights
+    assert pace.budget() == before
+
+
+def test_without_a_step_time_or_chunks_the_budget_is_the_token_count() -> None:
+    fixed, whole = StepPace(tokens=256, seconds=0), StepPace(tokens=0, seconds=0.2)
+    for pace in (fixed, whole):
+        pace.record(cost=100, seconds=10.0, budget=100)
+    assert (fixed.budget(), whole.budget()) == (256, 0)
+
+
+def test_chunk_cost_counts_deep_tokens_for_more() -> None:
+    assert chunk_cost([(job(5000), 100)], 3000.0) == pytest.approx(100 * (1 + 50 / 3000))
+    deep = chunk_cost([(job(5000, done=3000), 100)], 3000.0)
+    assert deep == pytest.approx(100 * (1 + 3050 / 3000))

@@ -128,11 +128,11 @@ class RelayManager:
     # --- one reply -------------------------------------------------------------------
     async def _relay(self, message_id: uuid.UUID, known: Message | None, path) -> None:
         # Listening first: a Stop sent before then shows in the row read next.
-        listening = await self.stops.listen(message_id)
+        listening = self.stops.listen(message_id)
         try:
             await self._relay_listening(message_id, known, path, listening)
         finally:
-            await self.stops.forget(message_id)
+            self.stops.forget(message_id)
 
     async def _relay_listening(
         self, message_id: uuid.UUID, known: Message | None, path, listening: bool
@@ -371,6 +371,7 @@ class RelayManager:
                 await self.sweep()
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
+            await self.stops.rejoin_when_due()
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)
             self._forget_old_ends()
             await asyncio.sleep(SWEEP_INTERVAL)

@@ -216,3 +216,39 @@ def test_with_redis_a_reply_is_published_in_order_and_saved_whole(settings):
     assert [t["seq"] for t in tokens] == list(range(len(tokens)))
     assert "".join(t["text"] for t in tokens) == reply.content == words
     assert (reply.status, reply.next_seq) == ("complete", len(tokens))
+
+
+def test_replies_hear_stop_through_the_process_group_without_joining_one_each(monkeypatch):
+    # A group per reply cost two Redis round trips for every reply (join and leave).
+    from channels.layers import get_channel_layer
+
+    from chat.relay.stop import STOP_GROUP
+
+    layer = get_channel_layer()
+    joined, left = [], []
+    real_add = layer.group_add
+
+    async def group_add(group, channel):
+        joined.append(group)
+        await real_add(group, channel)
+
+    async def group_discard(group, channel):
+        left.append(group)
+
+    monkeypatch.setattr(layer, "group_add", group_add)
+    monkeypatch.setattr(layer, "group_discard", group_discard)
+    conversation = create_conversation()
+
+    async def two_replies():
+        relay_manager.ensure_started()
+        try:
+            for text in ("one two", "three four"):
+                sent = await sync_to_async(services.message_send)(
+                    conversation=conversation, content=text
+                )
+                await relayed(sent.assistant_message.id)
+        finally:
+            await relay_manager.aclose()
+
+    asyncio.run(two_replies())
+    assert joined == [STOP_GROUP] and left == []

@@ -236,12 +236,36 @@ def _question_and_reply(
     )
     question_path = None if path is None else [*path, question.id]
     reply = _new_reply(conversation=conversation, question=question, path=question_path)
-    Message.objects.bulk_create([question, reply])
+    _insert_messages([question, reply])
     conversation.active_leaf = reply
     if not conversation.title:
         conversation.title = title_from(content)
     conversation.save(update_fields=["title", "active_leaf", "updated_at"])
     return SentMessage(user_message=question, assistant_message=reply)
+
+
+def _insert_messages(messages: list[Message]) -> None:
+    """What bulk_create does for new messages (no signals; auto_now stamps), as one plain
+    multi-row INSERT. On PostgreSQL bulk_create sends each column as an array to UNNEST,
+    and psycopg's client-side binding quoted every element of every array in Python: the
+    send's costliest statement."""
+    meta = Message._meta
+    fields = meta.concrete_fields
+    quote = connection.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row] * len(messages))}"
+    )
+    params = []
+    for message in messages:
+        message._prepare_related_fields_for_save(operation_name="bulk_create")
+        params += [f.get_db_prep_save(f.pre_save(message, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for message in messages:
+        message._state.adding = False
+        message._state.db = connection.alias
 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:

@@ -153,13 +153,11 @@ if REDIS_URL:
 
 # The event log behind django-eventstream: see chat/streaming/memory_log.py for why not
 # DjangoModelStorage.
-# With Redis, every site process shares one log and receives every event (EVENTSTREAM_REDIS).
+# With Redis, every site process shares one log and receives every event
+# (chat/streaming/delivery.py; not django-eventstream's EVENTSTREAM_REDIS).
 EVENTSTREAM_STORAGE_CLASS = "chat.streaming.memory_log.MemoryEventStorage"
 if REDIS_URL:
-    import redis.connection
-
     EVENTSTREAM_STORAGE_CLASS = "chat.streaming.redis_log.RedisEventStorage"
-    EVENTSTREAM_REDIS = redis.connection.parse_url(REDIS_URL)
 EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChannelManager"
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
 # The in-memory log's bound over all channels; the least recently used go first.

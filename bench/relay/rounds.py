@@ -64,6 +64,15 @@ async def run_round(kind, streams, texts, clients, stats, ramp: float, cold: boo
         if phase.cpu is not None:
             after = sum(1 for r in results for t in r["arrivals"] if t > phase.at)
             row["cpu_us_per_token"] = (cpu - phase.cpu) / after * 1e6 if after else None
+    if phase.at is not None:
+        # The tokens that arrived once every send was answered: the relaying alone.
+        later = [
+            latency * 1000
+            for r in results
+            for latency, arrived in zip(r["latency"], r["arrivals"])
+            if arrived > phase.at
+        ]
+        row["p99_after_sends_ms"] = percentile(later, 99)
     return row
 
 

@@ -127,6 +127,9 @@ def report(args, out: dict) -> None:
             f"site over direct at {site['streams']:>4} streams: p50 "
             f"{site['p50_ms'] - direct['p50_ms']:+.1f} ms, p99 {site['p99_ms'] - direct['p99_ms']:+.1f} ms"
             f", CPU per relayed token {_cell(site.get('cpu_us_per_token')).strip()} us"
+            f"; p99 of the tokens after the last send was answered: site "
+            f"{site.get('p99_after_sends_ms', float('nan')):.1f} ms, direct "
+            f"{direct.get('p99_after_sends_ms', float('nan')):.1f} ms"
         )
     if "sends" in out:
         s = out["sends"]

@@ -27,10 +27,10 @@ from chat.streaming import memory_log
 from chat.streaming.channels import channel_for
 from chat.streaming.publish import (
     apublish,
-    apublish_encoded,
     local_delivery,
     message_error_data,
     publish_encoded,
+    publish_later,
 )
 
 logger = logging.getLogger(__name__)
@@ -128,11 +128,11 @@ class RelayManager:
     # --- one reply -------------------------------------------------------------------
     async def _relay(self, message_id: uuid.UUID, known: Message | None, path) -> None:
         # Listening first: a Stop sent before then shows in the row read next.
-        listening = await self.stops.listen(message_id)
+        listening = self.stops.listen(message_id)
         try:
             await self._relay_listening(message_id, known, path, listening)
         finally:
-            await self.stops.forget(message_id)
+            self.stops.forget(message_id)
 
     async def _relay_listening(
         self, message_id: uuid.UUID, known: Message | None, path, listening: bool
@@ -220,12 +220,11 @@ class RelayManager:
             reply.wake.set()
 
     def _wake(self, reply: Reply) -> None:
-        """Text arrived. With Redis the publisher task sends it (publishing awaits a thread).
-        On one process publishing never waits, so a callback at the end of this loop turn
-        sends whatever the turn brought as one event: no task to wake for every token."""
-        if not reply.local:
-            reply.wake.set()
-        elif not reply.publish_pending:
+        """Text arrived: a callback at the end of this loop turn publishes whatever the turn
+        brought as one event, with no task to wake for every token. On one process it is
+        published there and then; with Redis it joins the loop turn's batch of every
+        reply's events (chat/streaming/delivery.py), and counts as sent once in the log."""
+        if not reply.publish_pending:
             reply.publish_pending = True
             asyncio.get_running_loop().call_soon(self._publish_now, reply)
 
@@ -235,31 +234,52 @@ class RelayManager:
             return
         text = "".join(reply.buffer)
         reply.buffer.clear()
+        channel = channel_for(reply.conversation_id)
         try:
-            publish_encoded(channel_for(reply.conversation_id), "token", reply.token_event(text))
+            if reply.local:
+                publish_encoded(channel, "token", reply.token_event(text))
+            else:
+                publish_later(
+                    channel,
+                    "token",
+                    reply.token_event(text),
+                    lambda _, error: self._token_published(reply, text, error),
+                )
+                reply.unconfirmed += 1
+                return
         except Exception as exc:  # the publisher task raises it, and the relay ends the reply
-            reply.publish_error = exc
-            reply.wake.set()
+            self._publish_failed(reply, exc)
             return
         self._token_sent(reply, text)
 
+    def _token_published(self, reply: Reply, text: str, error: BaseException | None) -> None:
+        """With Redis: one of the reply's token events is in the log (in order), or failed
+        (then so did every event published after it: delivery.RedisPublisher._send)."""
+        reply.unconfirmed -= 1
+        if error is not None:
+            self._publish_failed(reply, error)
+        elif reply.publish_error is None:
+            self._token_sent(reply, text)
+        if reply.done and not reply.unconfirmed:
+            reply.wake.set()
+
+    def _publish_failed(self, reply: Reply, error: BaseException) -> None:
+        if reply.publish_error is None:
+            reply.publish_error = error
+        reply.wake.set()
+
     async def _publisher(self, reply: Reply) -> None:
+        """Returns once the stream ended and all its text is published; raises what made
+        publishing fail."""
         while True:
             await reply.wake.wait()
             reply.wake.clear()
+            if reply.done and reply.buffer:
+                self._publish_now(reply)  # what the pump's last turn brought
             if reply.publish_error is not None:
                 raise reply.publish_error
-            if reply.buffer:
-                text = "".join(reply.buffer)
-                reply.buffer.clear()
-                await self._emit_token(reply, text)
-            if reply.done and not reply.buffer:
+            if reply.done and not reply.buffer and not reply.unconfirmed:
                 return
-
-    async def _emit_token(self, reply: Reply, text: str) -> None:
-        channel = channel_for(reply.conversation_id)
-        await apublish_encoded(channel, "token", reply.token_event(text))
-        self._token_sent(reply, text)
 
     def _token_sent(self, reply: Reply, text: str) -> None:
         reply.parts.append(text)
@@ -351,6 +371,7 @@ class RelayManager:
                 await self.sweep()
             except DatabaseError:
                 logger.warning("sweeping orphaned replies failed", exc_info=True)
+            await self.stops.rejoin_when_due()
             memory_log.forget_idle_channels(IDLE_CHANNEL_SECONDS)
             self._forget_old_ends()
             await asyncio.sleep(SWEEP_INTERVAL)

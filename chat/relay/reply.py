@@ -40,11 +40,14 @@ class Reply:
     # whether token events carry the server's clock (RELAY_EVENT_TIMESTAMPS).
     data_prefix: str = ""
     timestamps: bool = False
-    # One process: tokens are published by a callback at the end of the loop turn in which
-    # they arrived (see RelayManager._wake), not by waking the publisher task.
+    # Tokens are published by a callback at the end of the loop turn in which they arrived
+    # (see RelayManager._wake). local: one process, published there and then; else with
+    # Redis, where `unconfirmed` events are on their way to the log: `seq` and `parts`
+    # count only those in it.
     local: bool = False
     publish_pending: bool = False
-    publish_error: Exception | None = None
+    publish_error: BaseException | None = None
+    unconfirmed: int = 0
 
     def __post_init__(self) -> None:
         self.data_prefix = token_data_prefix(self.message_id)
@@ -52,7 +55,7 @@ class Reply:
     def token_event(self, text: str) -> str:
         """The data of the next `token` event, carrying `text`."""
         stamp = self.produced_at if self.timestamps else None
-        return token_data(self.data_prefix, self.seq, text, stamp)
+        return token_data(self.data_prefix, self.seq + self.unconfirmed, text, stamp)
 
     @property
     def content(self) -> str:

@@ -1,15 +1,20 @@
 """Stop, from whichever site process took the request to the one running the relay.
 
-One channel-layer channel per process receives every Stop for its relays: 200 relays each
-blocked in their own receive meant 200 Redis BZPOPMIN connections, which timed out under
-load and could not be cancelled cleanly. A Stop sent before the relay listened is still
-seen: the service also sets the row's `stop_requested` flag, which the relay reads with the
-reply's row once it listens (no query of its own).
+Every site process has one channel-layer channel, in one group that all of them join at
+start: a Stop goes to the group, reaches every process, and the one relaying the reply
+acts on it (Stops are rare; a reply starts with every send). A group per reply cost each
+relay two Redis round trips, a join and a leave, and a burst of sends opened a connection
+for each join at once; a receive per relay (200 Redis BZPOPMIN connections for 200
+relays) timed out under load and could not be cancelled cleanly. A Stop sent before the
+relay listened is still seen: the service sets the row's `stop_requested` flag before it
+sends the Stop, and the relay registers its wait before it reads the reply's row (no query
+of its own).
 """
 
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 
 from channels.layers import get_channel_layer
@@ -21,15 +26,16 @@ from chat.relay.metrics import METRICS
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-
-
-def stop_group(message_id) -> str:
-    return f"relay-stop-{uuid.UUID(str(message_id)).hex}"
+# Every site process's Stop channel is in this group.
+STOP_GROUP = "relay-stops"
+# The layer forgets a group's members after a day (channels' group_expiry), and a restarted
+# Redis at once: each process joins again this often.
+REJOIN_SECONDS = 300.0
 
 
 async def asend_stop(message_id: uuid.UUID) -> None:
     await get_channel_layer().group_send(
-        stop_group(message_id), {"type": "relay.stop", "message_id": str(message_id)}
+        STOP_GROUP, {"type": "relay.stop", "message_id": str(message_id)}
     )
 
 
@@ -38,13 +44,15 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.channel: str | None = None
+        self.joined_at = 0.0
         self.ready = asyncio.Event()
         self.waiting: dict[uuid.UUID, asyncio.Event] = {}
 
     async def receive_forever(self) -> None:
         layer = get_channel_layer()
         self.channel = await layer.new_channel()
-        self.ready.set()
+        while not await self.join(layer):
+            await asyncio.sleep(POLL_SECONDS)
         while True:
             try:
                 message = await layer.receive(self.channel)
@@ -52,20 +60,37 @@ class StopSignals:
                 logger.warning("receiving Stop signals failed; retrying", exc_info=True)
                 METRICS.failure("stop_channel")
                 await asyncio.sleep(POLL_SECONDS)
+                await self.join(layer)  # Redis may have restarted, without the group
                 continue
             with contextlib.suppress(KeyError, ValueError):
                 self.waiting[uuid.UUID(message["message_id"])].set()
 
-    async def listen(self, message_id: uuid.UUID) -> bool:
-        """Hear Stops of this reply from now on: True once the channel layer delivers them,
+    async def join(self, layer=None) -> bool:
+        """Put this process's channel in the Stop group (again); True when it is."""
+        try:
+            await (layer or get_channel_layer()).group_add(STOP_GROUP, self.channel)
+        except Exception:
+            logger.warning("cannot listen for Stop; relays watch the database", exc_info=True)
+            METRICS.failure("stop_channel")
+            self.ready.clear()
+            return False
+        self.joined_at = time.monotonic()
+        self.ready.set()
+        return True
+
+    async def rejoin_when_due(self) -> None:
+        """From the relay's sweeper: join again every REJOIN_SECONDS."""
+        if self.channel is not None and time.monotonic() - self.joined_at >= REJOIN_SECONDS:
+            await self.join()
+
+    def listen(self, message_id: uuid.UUID) -> bool:
+        """Hear Stops of this reply from now on: True when the channel layer delivers them,
         False when it cannot (wait_for_stop then watches the row's flag). The relay calls
         it before reading the reply's row, so that a Stop sent before is in that read."""
         self.waiting[message_id] = asyncio.Event()
-        if not self.ready.is_set():
-            # The receiver has no channel yet (it gets one on the loop's first turns): the
-            # relay must not wait on it to start, so this reply watches the flag instead.
-            return False
-        return await self._listen(get_channel_layer(), message_id)
+        # Before the receiver joined the group (the loop's first turns, or Redis down)
+        # this reply watches the flag instead of waiting for it.
+        return self.ready.is_set()
 
     async def wait_for_stop(self, message_id: uuid.UUID, listening: bool, flagged: bool) -> None:
         """Returns only when the user pressed Stop (a signal through the channel layer, or
@@ -79,22 +104,9 @@ class StopSignals:
         while not await _stop_flagged(message_id):
             await asyncio.sleep(POLL_SECONDS)
 
-    async def forget(self, message_id: uuid.UUID) -> None:
+    def forget(self, message_id: uuid.UUID) -> None:
         """Stop hearing Stops of this reply (its relay has ended)."""
         self.waiting.pop(message_id, None)
-        with contextlib.suppress(Exception):
-            await get_channel_layer().group_discard(stop_group(message_id), self.channel)
-
-    async def _listen(self, layer, message_id: uuid.UUID) -> bool:
-        try:
-            await layer.group_add(stop_group(message_id), self.channel)
-            return True
-        except Exception:
-            logger.warning(
-                "cannot listen for Stop of %s; watching the database", message_id, exc_info=True
-            )
-            METRICS.failure("stop_channel")
-            return False
 
 
 async def _stop_flagged(message_id: uuid.UUID) -> bool:

@@ -1,15 +1,16 @@
 """The one place that touches django-eventstream (pinned at 5.3.4 in requirements.txt).
 
 We keep django-eventstream for its event model, storage interface, SSE id format and
-cross-process delivery through Redis (EVENTSTREAM_REDIS), but not its view: that view holds
-an OS thread per open stream and replays events twice when new ones arrive while it reads
-the log (see chat/streaming/sse.py). Serving streams ourselves means driving its listener
-manager directly, and that is internal state, not a public API:
+listener manager, but not its view: that view holds an OS thread per open stream and
+replays events twice when new ones arrive while it reads the log (see
+chat/streaming/sse.py). Nor its `send_event` and Redis delivery (EVENTSTREAM_REDIS, not
+set): those made two Redis round trips per event from a worker thread, and woke each
+listener across threads; chat/streaming/delivery.py publishes from the event loop instead.
+Serving streams ourselves means driving its listener manager directly, and that is
+internal state, not a public API:
 
 - `ListenerManager.lock`, `.listeners_by_channel`, `add_listener` / `remove_listener`;
-- `Listener.channel_items`, `.overflow`, `.aevent`, `assign_loop`, `wake_threadsafe`;
-- `ListenerManager.redis_listener` (its `pubsub`, `redis_client`, `listen`) and the
-  `redis_listener_started` flag, so that we, not the first listener, start the Redis feed.
+- `Listener.channel_items`, `.overflow`, `.aevent`, `assign_loop`, `wake_threadsafe`.
 
 An upgrade of django-eventstream must re-check exactly this module; nothing else imports it.
 """
@@ -18,7 +19,6 @@ import asyncio
 import json
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django_eventstream import send_event
 from django_eventstream.channelmanager import ChannelManagerBase
 from django_eventstream.event import Event
 from django_eventstream.storage import EventDoesNotExist, StorageBase
@@ -32,15 +32,13 @@ __all__ = [
     "ChannelManagerBase",
     "Event",
     "EventDoesNotExist",
-    "RedisFeed",
     "StorageBase",
     "Subscription",
     "append_and_notify",
     "encode",
     "id_prefix",
+    "notify",
     "parse_resume_ids",
-    "redis_feed",
-    "send_event",
     "storage",
     "wake_every_subscription",
 ]
@@ -68,17 +66,27 @@ def parse_resume_ids(raw: str) -> dict[str, str]:
 
 
 def encode(data: dict) -> str:
-    """An event's data as the log keeps it (what send_event would store)."""
+    """An event's data as the log keeps it (what django-eventstream's send_event would
+    store)."""
     return json.dumps(data, cls=DjangoJSONEncoder)
 
 
 def append_and_notify(log: StorageBase, channel: str, event_type: str, data: str) -> Event:
     """Append `data` (JSON text, see `encode`) to `log` and queue the event for this
-    process's subscriptions, waking them.
+    process's subscriptions, waking them (one process: the in-memory log).
 
     Only from the event loop's thread, where every subscription waits: this skips what
-    `send_event` adds (a GRIP publish nothing receives, a cross-thread wake-up)."""
+    django-eventstream's `send_event` adds (a GRIP publish nothing receives, a cross-thread
+    wake-up)."""
     event = log.append_event(channel, event_type, data)
+    notify(event)
+    return event
+
+
+def notify(event: Event) -> None:
+    """Queue an event already in the log for this process's subscriptions of its channel,
+    waking them. Only from the event loop's thread."""
+    channel = event.channel
     with listener_manager.lock:
         for listener in listener_manager.listeners_by_channel.get(channel, ()):
             queued = listener.channel_items.setdefault(channel, [])
@@ -87,7 +95,6 @@ def append_and_notify(log: StorageBase, channel: str, event_type: str, data: str
             else:
                 listener.overflow = True
             listener.aevent.set()
-    return event
 
 
 class Subscription:
@@ -161,31 +168,3 @@ def wake_every_subscription() -> None:
         for listener in listeners:
             listener.overflow = True
             listener.wake_threadsafe()
-
-
-class RedisFeed:
-    """django-eventstream's Redis pub/sub reader, driven by us (chat/streaming/delivery.py)."""
-
-    TOPIC = "events_channel"  # the topic django-eventstream's send_event publishes on
-
-    def __init__(self, listener) -> None:
-        self.listener = listener
-
-    async def subscribe(self) -> None:
-        await self.listener.pubsub.subscribe(self.TOPIC)
-
-    async def listen(self) -> None:
-        """Hands every published event to this process's subscriptions, until it breaks."""
-        await self.listener.listen()
-
-    def renew(self) -> None:
-        self.listener.pubsub = self.listener.redis_client.pubsub()
-
-
-def redis_feed() -> RedisFeed | None:
-    """The Redis feed when EVENTSTREAM_REDIS is set, claimed so django-eventstream does not
-    start its own lazily (it would miss events published before its first listener)."""
-    if listener_manager.redis_listener is None:
-        return None
-    listener_manager.redis_listener_started = True
-    return RedisFeed(listener_manager.redis_listener)

@@ -1,9 +1,10 @@
 """Publishing a conversation's events (the browser event contract, docs/events.md).
 
 On one process (the in-memory log, no Redis) an event is appended and handed to the local
-subscriptions on the event loop itself; at 4,000 tokens/s what `send_event` does besides
-was a large part of the site's CPU. With Redis, `send_event` runs in a thread: it makes
-network calls (the shared log, then pub/sub to every process).
+subscriptions on the event loop itself; at 4,000 tokens/s what django-eventstream's
+`send_event` does besides was a large part of the site's CPU. With Redis, events go to
+this loop's publisher (chat/streaming/delivery.py), which sends a loop turn's events to the
+shared log and every process in one round trip.
 
 Which of the two applies is read from the settings once, not per event (a missing
 setting's lookup through Django's lazy settings raised and caught AttributeError for every
@@ -12,12 +13,11 @@ token), and read again whenever a test changes a setting.
 
 import json
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from chat.streaming import eventstream
+from chat.streaming import delivery, eventstream
 from chat.streaming.channels import channel_for
 
 MEMORY_LOG = "chat.streaming.memory_log.MemoryEventStorage"
@@ -30,9 +30,7 @@ def local_delivery() -> bool:
     """One process: events go to the in-memory log and local subscriptions, no Redis."""
     global _local
     if _local is None:
-        _local = settings.EVENTSTREAM_STORAGE_CLASS == MEMORY_LOG and not hasattr(
-            settings, "EVENTSTREAM_REDIS"
-        )
+        _local = settings.EVENTSTREAM_STORAGE_CLASS == MEMORY_LOG
     return _local
 
 
@@ -40,6 +38,7 @@ def local_delivery() -> bool:
 def _settings_changed(**kwargs) -> None:
     global _local, _storage
     _local = _storage = None
+    delivery.forget_publisher()
 
 
 def publish_on_loop(conversation_id, event_type: str, data: dict) -> None:
@@ -65,9 +64,13 @@ async def apublish_encoded(channel: str, event_type: str, data: str) -> None:
     if local_delivery():
         publish_encoded(channel, event_type, data)
     else:
-        await sync_to_async(eventstream.send_event, thread_sensitive=False)(
-            channel, event_type, data, json_encode=False
-        )
+        await delivery.publisher().apublish(channel, event_type, data)
+
+
+def publish_later(channel: str, event_type: str, data: str, done) -> None:
+    """On the loop, with Redis: queue the event for this loop turn's batch;
+    `done(event, error)` follows once it is in the log (delivery.RedisPublisher.publish)."""
+    delivery.publisher().publish(channel, event_type, data, done)
 
 
 def token_data_prefix(message_id) -> str:

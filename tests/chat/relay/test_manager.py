@@ -180,3 +180,75 @@ def test_an_api_reply_that_ended_before_its_reader_tapped_it_still_gives_its_end
     assert kind == "end" and payload["fields"]["status"] == "failed"
     assert payload["kind"] == "unavailable"
     assert ended == {}
+
+
+def test_with_redis_a_reply_is_published_in_order_and_saved_whole(settings):
+    # Token events go to the Redis log in batches from the loop (chat/streaming/delivery.py):
+    # seq still counts them from 0, and the saved text and next_seq are what the log holds.
+    redis = pytest.importorskip("redis")
+    url = "redis://127.0.0.1:6379/5"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
+    from chat.streaming import delivery
+    from chat.streaming.redis_log import RedisEventStorage
+
+    settings.REDIS_URL = url
+    settings.EVENTSTREAM_STORAGE_CLASS = "chat.streaming.redis_log.RedisEventStorage"
+    settings.FAKE_TOKENS_PER_SECOND = 200
+    conversation = create_conversation()
+    log = RedisEventStorage()
+    start = log.get_current_id(channel_for(conversation.id))
+    words = " ".join(f"w{i}" for i in range(40))
+    try:
+        reply = asyncio.run(send_and_relay(conversation, words))
+    finally:
+        delivery.forget_publisher()
+
+    events = [
+        (e.type, json.loads(e.data))
+        for e in log.get_events(channel_for(conversation.id), start, limit=1000)
+    ]
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "message.start" and kinds[-1] == "message.end"
+    tokens = [data for kind, data in events if kind == "token"]
+    assert [t["seq"] for t in tokens] == list(range(len(tokens)))
+    assert "".join(t["text"] for t in tokens) == reply.content == words
+    assert (reply.status, reply.next_seq) == ("complete", len(tokens))
+
+
+def test_replies_hear_stop_through_the_process_group_without_joining_one_each(monkeypatch):
+    # A group per reply cost two Redis round trips for every reply (join and leave).
+    from channels.layers import get_channel_layer
+
+    from chat.relay.stop import STOP_GROUP
+
+    layer = get_channel_layer()
+    joined, left = [], []
+    real_add = layer.group_add
+
+    async def group_add(group, channel):
+        joined.append(group)
+        await real_add(group, channel)
+
+    async def group_discard(group, channel):
+        left.append(group)
+
+    monkeypatch.setattr(layer, "group_add", group_add)
+    monkeypatch.setattr(layer, "group_discard", group_discard)
+    conversation = create_conversation()
+
+    async def two_replies():
+        relay_manager.ensure_started()
+        try:
+            for text in ("one two", "three four"):
+                sent = await sync_to_async(services.message_send)(
+                    conversation=conversation, content=text
+                )
+                await relayed(sent.assistant_message.id)
+        finally:
+            await relay_manager.aclose()
+
+    asyncio.run(two_replies())
+    assert joined == [STOP_GROUP] and left == []

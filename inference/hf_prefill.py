@@ -54,6 +54,9 @@ class Prefiller:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.device = model.device
         self.dtype = model.get_input_embeddings().weight.dtype
+        # int4's prefill multiplies in its dense weights' dtype (float32 where that is faster),
+        # and attends in it too: its attention is as much slower in bfloat16 there
+        self.compute_dtype = quant.dense_dtype(model)
         self.pace = StepPace(chunk_tokens, step_seconds)
         self.ratio = layer_flops_ratio(model)
         self.cache = PrefixCache(cache_bytes, KV_TOKEN_DIM) if cache_bytes > 0 else None
@@ -169,7 +172,7 @@ class Prefiller:
             "position_ids": torch.tensor([pos], device=self.device),
             "attention_mask": torch.zeros((1, 1, 1, 1), device=self.device),  # the plan masks
             "use_cache": False,
-            "prefill_plan": PrefillPlan(pieces, self.kv_heads),
+            "prefill_plan": PrefillPlan(pieces, self.kv_heads, self.compute_dtype),
         }
         with quant.dense_only():
             if not ending:  # no logits wanted: the decoder alone, without the LM head

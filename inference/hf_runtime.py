@@ -60,9 +60,12 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
     if settings.dtype == "int8":
         model = quantize_int8(model)
     elif settings.dtype == "int4":
-        from inference.quant import quantize_int4
+        from inference import quant
 
-        model = quantize_int4(model)
+        model = quant.quantize_int4(model)
+        prefill = settings.prefill_dtype
+        dense = quant.faster_dense_dtype(model) if prefill == "auto" else getattr(torch, prefill)
+        quant.set_dense_dtype(model, dense)
     elif device.type == "cpu":
         from inference.quant import tile_prefill
 

@@ -167,7 +167,11 @@ def prepare_model(settings: Settings, progress: Progress = stderr_progress) -> L
     start = time.monotonic()
     progress(f"loading {folder}")
     model, tok = load_folder(folder, settings.model_copy(update={"dtype": dtype}))
-    weights = "int4 weights, " if dtype == "int4" else ""
+    weights = ""
+    if dtype == "int4":
+        from inference.quant import dense_dtype
+
+        weights = f"int4 weights, prefill in {str(dense_dtype(model)).removeprefix('torch.')}, "
     progress(f"loaded in {time.monotonic() - start:.1f}s ({weights}{model.dtype}, {model.device})")
     return LoadedModel(
         model, tok, folder, dtype if dtype != "auto" else str(model.dtype).removeprefix("torch.")

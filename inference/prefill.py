@@ -79,6 +79,7 @@ class Piece:
 class PrefillPlan:
     pieces: list[Piece]
     kv_heads: int
+    dtype: torch.dtype | None = None  # what attention computes in (None: the queries' own)
     _mask: torch.Tensor | None = None
 
     def attend(
@@ -104,6 +105,8 @@ class PrefillPlan:
         heads, n, dim = q.shape
         group = heads // self.kv_heads
         s = j * ATTN_BLOCK
+        dtype = self.dtype or q.dtype
+        q = q.to(dtype)
         first, last = (lo - s) // TILE, (lo + n - 1 - s) // TILE + 1
         at = lo - s - first * TILE
         if at or n % TILE:
@@ -115,7 +118,9 @@ class PrefillPlan:
         # same shape whatever the piece, and a query always the same row in it
         tiles = tiles.reshape(self.kv_heads, group, -1, TILE, dim).permute(2, 0, 1, 3, 4)
         tiles = tiles.reshape(-1, self.kv_heads, group * TILE, dim)
-        keys, values = kv[0][None], kv[1][None]
+        # only the keys this block's queries can see, converted once for both calls below
+        keys = kv[0][None, :, : s + ATTN_BLOCK].to(dtype)
+        values = kv[1][None, :, : s + ATTN_BLOCK].to(dtype)
         nt = tiles.shape[0]
         mask = self._tile_mask(group, q.dtype, q.device)[first:last]
         own, own_lse = _attend(

@@ -14,13 +14,15 @@ paying; its figures are in bench/README.md), and a prefill (hundreds of rows) is
 times slower through them. So each layer also keeps its weights in bfloat16 and multiplies
 through them when a call has more than FEW_ROWS rows (prefill, big batches): memory is
 bfloat16's plus a third, the speed the better of the two, and a prompt is read exactly as
-DTYPE=bfloat16 reads it.
+DTYPE=bfloat16 reads it. On a CPU where oneDNN's bfloat16 is slower than float32 (no AMX),
+PREFILL_DTYPE=auto keeps those weights in float32 instead (`faster_dense_dtype`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -173,6 +175,9 @@ def invariant_linear(
 
 
 def _many_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if weight.dtype != x.dtype:  # float32 dense weights (set_dense_dtype): bfloat16 in and out
+        bias = None if bias is None else bias.to(weight.dtype)
+        return _many_rows(x.to(weight.dtype), weight, bias).to(x.dtype)
     if dense_forced():  # a prefill: its bits must not depend on the packing
         return invariant_linear(x, weight, bias)
     return F.linear(x, weight, bias)
@@ -234,6 +239,46 @@ def quantize_int4(model: Any) -> Any:
         fuse_layer(layer)
     model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16))
     return model
+
+
+# bfloat16 must be this much slower than float32 before a prefill pays for float32's weights
+# (twice the memory of the dense copies, and a greedy reply may change in its last bits)
+SLOWER = 1.25
+
+
+def dense_dtype(model: Any) -> torch.dtype | None:
+    """The dtype the int4 layers multiply many rows in (a prefill); None: not an int4 model."""
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            return module.dense.dtype
+    return None
+
+
+def set_dense_dtype(model: Any, dtype: torch.dtype) -> None:
+    """Keeps the int4 layers' dense weights (a prefill's, a big batch's) in `dtype`, in place."""
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            module.dense = module.dense.to(dtype)
+
+
+def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
+    """bfloat16 or float32, whichever multiplies a prefill tile through the model's largest
+    int4 layer faster on this CPU. With AMX, oneDNN's bfloat16 is several times float32's
+    speed; without it, bfloat16 can be the slower one (an Intel Xeon with AVX-512 BF16 but no
+    AMX: 1.7x float32's time for the bundled model's layers, 1 and 2 threads)."""
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    if not layers:
+        return torch.bfloat16
+    dense = max(layers, key=lambda m: m.dense.numel()).dense
+    x = torch.randn(TILE, dense.shape[1], dtype=torch.bfloat16)
+    weights = {dtype: dense.to(dtype) for dtype in (torch.bfloat16, torch.float32)}
+    best = dict.fromkeys(weights, float("inf"))
+    for _ in range(rounds):
+        for dtype, w in weights.items():
+            start = time.perf_counter()
+            F.linear(x.to(dtype), w).to(torch.bfloat16)
+            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return torch.float32 if best[torch.bfloat16] > SLOWER * best[torch.float32] else torch.bfloat16
 
 
 FUSED = {

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
         "without bf16). int4: 4-bit weight groups + int8 LM head, bfloat16 activations "
         "(CPU only, fastest here). int8: dynamic int8 Linear weights (CPU only).",
     )
+    prefill_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description="DTYPE=int4 only: what a prefill multiplies in (the layers' dense weights, "
+        "also used by batches past 8 rows). auto: float32 where this CPU multiplies bfloat16 "
+        "more than 1.25x slower (no AMX; timed at load), else bfloat16. float32 doubles the "
+        "dense weights' memory.",
+    )
     max_batch: int = Field(8, ge=1, description="Most sequences decoded together (running).")
     max_queue: int = Field(
         64, ge=0, description="Most requests waiting for a running slot; beyond it: 503."

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,20 @@ def _prefill(loaded: Any, prompt: list[int], sizes: list[int]) -> tuple[torch.Te
     return job.kv, logits
 
 
-def test_kv_bits_do_not_depend_on_the_chunks(loaded_model: Any) -> None:
+@pytest.fixture(params=[torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def prefill_dtype(request: pytest.FixtureRequest, loaded_model: Any) -> Iterator[torch.dtype]:
+    """Each PREFILL_DTYPE in turn (auto picks one by the CPU), the model's own put back."""
+    from inference import quant
+
+    before = quant.dense_dtype(loaded_model.model)
+    quant.set_dense_dtype(loaded_model.model, request.param)
+    try:
+        yield request.param
+    finally:
+        quant.set_dense_dtype(loaded_model.model, before)
+
+
+def test_kv_bits_do_not_depend_on_the_chunks(loaded_model: Any, prefill_dtype: torch.dtype) -> None:
     prompt = encode_chat(loaded_model.tokenizer, TURN1)
     kv, logits = _prefill(loaded_model, prompt, [len(prompt)])
     rng = random.Random(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -55,6 +56,41 @@ def test_a_prefill_rows_bits_do_not_depend_on_the_rows_beside_it() -> None:
             for start, n in [(0, 16), (5, 16), (17, TILE - 1), (100, TILE + 1), (3, 2 * TILE + 9)]:
                 part = layer(x[start : start + n])
                 assert torch.equal(part, whole[start : start + n]), (layer, start, n)
+
+
+def test_float32_dense_weights_keep_a_prefill_rows_bits_and_its_dtype() -> None:
+    torch.manual_seed(3)
+    layer = Int4Linear(torch.nn.Linear(576, 1536, bias=True))
+    model = torch.nn.Sequential(layer)
+    quant.set_dense_dtype(model, torch.float32)
+    assert quant.dense_dtype(model) == torch.float32
+    x = torch.randn(2 * TILE + 21, 576, dtype=torch.bfloat16)
+    with quant.dense_only():
+        whole = layer(x)
+        part = layer(x[TILE - 3 : TILE + 40])
+    assert whole.dtype == torch.bfloat16 and torch.equal(part, whole[TILE - 3 : TILE + 40])
+    exact = torch.nn.functional.linear(x.float(), layer.dense, layer.bias.float())
+    assert torch.equal(whole, exact.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("slow", [torch.bfloat16, torch.float32])
+def test_the_faster_dense_dtype_is_the_one_that_multiplies_faster(
+    monkeypatch: pytest.MonkeyPatch, slow: torch.dtype
+) -> None:
+    """A CPU without AMX can multiply bfloat16 slower than float32, one with AMX the other way
+    round: the prefill's weights take whichever this CPU is faster at."""
+    linear = torch.nn.functional.linear
+
+    def timed(x: torch.Tensor, w: torch.Tensor, *rest: Any) -> torch.Tensor:
+        if w.dtype == slow:
+            time.sleep(0.003)
+        return linear(x, w, *rest)
+
+    monkeypatch.setattr(quant.F, "linear", timed)
+    model = torch.nn.Sequential(Int4Linear(torch.nn.Linear(64, 128)))
+    faster = torch.float32 if slow == torch.bfloat16 else torch.bfloat16
+    assert quant.faster_dense_dtype(model, rounds=2) == faster
+    assert quant.faster_dense_dtype(torch.nn.Sequential(torch.nn.Linear(4, 4))) == torch.bfloat16
 
 
 def test_int4_rounds_each_weight_to_within_half_a_step() -> None:

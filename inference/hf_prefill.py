@@ -35,6 +35,7 @@ from inference.prefill import (
     layer_flops_ratio,
     plan_chunk,
     register,
+    tile_cost,
 )
 from inference.prefix_cache import BLOCK, CacheStats, PrefixCache
 
@@ -71,7 +72,8 @@ class Prefiller:
         """One chunk over the prompts of `seqs`; for each prompt it completed (by id(seq)):
         its job (whose `kv` holds the prompt's KV) and its last position's logits."""
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
-        done = self._run(plan_chunk(jobs, self.pace.budget(), self.ratio))
+        budget = self.pace.budget(tile_cost(jobs, self.ratio))
+        done = self._run(plan_chunk(jobs, budget, self.ratio), budget)
         for job in done:
             del self.jobs[id(job.seq)]
             self._cache(job)
@@ -86,7 +88,8 @@ class Prefiller:
             ):  # set up when it first runs: the cache may hold more of it by then
                 job = self.seals[0] = self._job(job.tokens, None, count=False)
             if job.remaining:
-                self._run(plan_chunk([job], self.pace.budget(), self.ratio))
+                budget = self.pace.budget(tile_cost([job], self.ratio))
+                self._run(plan_chunk([job], budget, self.ratio), budget)
             if not job.remaining:
                 self.seals.popleft()
                 self._cache(job)
@@ -144,9 +147,13 @@ class Prefiller:
         if self.cache is not None and job.done > job.cached:
             self.cache.insert(job.tokens, job.kv, job.done)
 
-    def _run(self, work: list[tuple[PrefillJob, int]]) -> dict[PrefillJob, torch.Tensor]:
-        """One forward pass over the pieces packed in one row; logits of completed prompts."""
-        cost, budget = chunk_cost(work, self.ratio), self.pace.budget()
+    def _run(
+        self, work: list[tuple[PrefillJob, int]], budget: float | None = None
+    ) -> dict[PrefillJob, torch.Tensor]:
+        """One forward pass over the pieces packed in one row; logits of completed prompts.
+        Its time teaches the pace when it used most of `budget` (the step's)."""
+        cost = chunk_cost(work, self.ratio)
+        budget = self.pace.budget() if budget is None else budget
         start = time.perf_counter()
         done = self._forward(work)
         self.pace.record(cost, time.perf_counter() - start, budget)

@@ -6,6 +6,7 @@ prompt chunked or whole, and for a conversation's next turn built on a cached re
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,19 @@ def test_prefill_steps_grow_to_fill_the_step_time(loaded_model: Any) -> None:
     assert len(fixed) >= 6 and max(fixed) <= 64 * OVERSHOOT  # to a tile edge at most
     # the first step is the token budget's; it took far less than 30 s, so the rest fits in one
     assert paced == [fixed[0], len(prompt) - fixed[0]]
+
+
+def test_a_step_time_too_short_for_a_tile_still_gets_whole_tiles(loaded_model: Any) -> None:
+    """On a slow CPU no tile fits the step time: smaller steps would pay the linear layers'
+    whole tile anyway, so after the first (the token budget's) every step ends on a tile edge
+    (the second one reaching it), and then takes a whole tile."""
+    from inference.prefill import ALIGN
+
+    prompt = encode_chat(loaded_model.tokenizer, [Message("user", DOC[:2000])])
+    steps = _steps(Prefiller(loaded_model.model, 64, 0, step_seconds=0.001), prompt)
+    ends = list(itertools.accumulate(steps))
+    assert all(end % ALIGN == 0 for end in ends[1:-1]) and all(n == ALIGN for n in steps[2:-1])
+    assert len(steps) <= len(prompt) // ALIGN + 2
 
 
 @pytest.mark.anyio

@@ -24,6 +24,7 @@ from inference.prefill import (
     affordable,
     chunk_cost,
     plan_chunk,
+    tile_cost,
 )
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
@@ -175,7 +176,19 @@ def test_without_a_step_time_or_chunks_the_budget_is_the_token_count() -> None:
     assert (fixed.budget(), whole.budget()) == (256, 0)
 
 
-def test_chunk_cost_counts_deep_tokens_for_more() -> None:
-    assert chunk_cost([(job(5000), 100)], 3000.0) == pytest.approx(100 * (1 + 50 / 3000))
+def test_chunk_cost_counts_deep_tokens_for_more_and_rows_in_whole_tiles() -> None:
+    assert chunk_cost([(job(5000), 100)], 3000.0) == pytest.approx(ALIGN + 100 * 50 / 3000)
     deep = chunk_cost([(job(5000, done=3000), 100)], 3000.0)
-    assert deep == pytest.approx(100 * (1 + 3050 / 3000))
+    assert deep == pytest.approx(ALIGN + 100 * 3050 / 3000)
+    two = chunk_cost([(job(5000), 100), (job(300), 100)], 3000.0)
+    assert two == pytest.approx(2 * ALIGN + 2 * 100 * 50 / 3000)
+
+
+def test_a_learnt_budget_is_never_below_one_tile_of_the_deepest_prompt() -> None:
+    jobs = [job(5000, done=3000), job(600)]
+    floor = tile_cost(jobs, 3000.0)
+    assert floor == pytest.approx(chunk_cost([(jobs[0], ALIGN)], 3000.0))
+    pace = StepPace(tokens=256, seconds=0.2)
+    pace.record(cost=256, seconds=10.0, budget=256)  # a slow machine: nothing fits 0.2 s
+    assert pace.budget() < floor and pace.budget(floor) == floor
+    assert StepPace(tokens=256, seconds=0).budget(floor) == 256  # fixed budgets stay as set

@@ -38,6 +38,7 @@ import torch
 from inference import quant
 from inference.attention import handles as one_query_handles
 from inference.attention import one_query
+from inference.attention import pays as attention_pays
 
 ATTN_BLOCK = 256
 # queries per attention call entry (a multiple of it divides ATTN_BLOCK). torch's CPU flash
@@ -200,7 +201,7 @@ def attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     plan: PrefillPlan | None = kwargs.get("prefill_plan")
-    if plan is None and one_query_handles(query, kwargs):
+    if plan is None and one_query_handles(query, kwargs) and attention_pays():
         scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
         return one_query(query, key, value, attention_mask, scale), None
     if plan is None:

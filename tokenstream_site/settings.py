@@ -118,9 +118,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django runs each request's sync code in a thread of its own, each with its own
-    # connection: 200 requests at once exhausted PostgreSQL's 100 connections (measured).
-    # A pool makes a burst wait for a connection instead of failing.
+    # Each thread that runs Django's sync code has a connection of its own: the site's
+    # request threads (tokenstream_site/handlers.py) keep theirs, and the /v1 API's
+    # requests each get a thread of their own; 200 such threads at once exhausted
+    # PostgreSQL's 100 connections (measured). A pool makes a burst wait for a connection
+    # instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
         "max_size": env_int("DATABASE_POOL_SIZE", 20),

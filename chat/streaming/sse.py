@@ -27,6 +27,7 @@ from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
 from chat.streaming.eventstream import storage as event_storage
 from chat.streaming.publish import local_delivery
+from chat.streaming.socket_write import SocketWriter
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +117,14 @@ class ConversationEvents:
             return await plain_response(send, 503, "Event delivery is not available.\n")
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         send = scope.get(SERVER_SEND, send)  # the body: see KeepServerSend
+        write = SocketWriter.for_send(send)
         conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
 
         async def still_allowed() -> bool:
             return await database_sync_to_async(stream_may_continue)(scope, conversation_id)
 
         events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed).bodies()
-        pump = asyncio.ensure_future(forward(events, send))
+        pump = asyncio.ensure_future(forward(events, send, write))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -243,10 +245,13 @@ class ChannelStream:
         self.checked_at = time.monotonic()
 
 
-async def forward(bodies, send) -> None:
+async def forward(bodies, send, writer: SocketWriter | None = None) -> None:
+    """writer: straight to the socket when it can (chat/streaming/socket_write.py)."""
     try:
         async for body in bodies:
-            await send({"type": "http.response.body", "body": body.encode(), "more_body": True})
+            data = body.encode()
+            if writer is None or not writer.write(data):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
     finally:
         await bodies.aclose()
 

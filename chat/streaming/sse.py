@@ -123,7 +123,8 @@ class ConversationEvents:
         async def still_allowed() -> bool:
             return await database_sync_to_async(stream_may_continue)(scope, conversation_id)
 
-        events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed).bodies()
+        events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed, write)
+        events = events.bodies()
         pump = asyncio.ensure_future(forward(events, send, write))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
@@ -147,14 +148,25 @@ class AccessEnded(Exception):
 class ChannelStream:
     """One subscriber of one channel: catch up from the log, then follow live events."""
 
-    def __init__(self, channel: str, user_id, resume_after: int | None, still_allowed):
+    def __init__(
+        self,
+        channel: str,
+        user_id,
+        resume_after: int | None,
+        still_allowed,
+        writer: SocketWriter | None = None,
+    ):
+        """writer: where a live event may be written the moment it is published, while the
+        stream waits for it (`_sink`)."""
         self.channel = channel
         self.still_allowed = still_allowed
         self.checked_at = time.monotonic()
         self.id_prefix = id_prefix(channel)
         self.last_id = resume_after
         self.storage = event_storage()
-        self.subscription = Subscription(channel, user_id)
+        self.writer = writer
+        sink = None if writer is None else self._sink
+        self.subscription = Subscription(channel, user_id, sink)
         # The in-memory log answers in microseconds; Redis is a network round trip.
         self.local = local_delivery()
 
@@ -169,6 +181,19 @@ class ChannelStream:
         # django-eventstream's sanitising regexes are not needed on this hot path.
         self.last_id = int(event.id)
         return f"event: {event.type}\nid: {self._id()}\ndata: {event.data}\n\n"
+
+    def _sink(self, event) -> bool:
+        """The next live event, written as it is published while `_follow` waits with
+        nothing queued (Subscription.sink); False: it goes through the queue as ever (not
+        the next id, or the socket's buffer is not empty)."""
+        event_id = int(event.id)
+        if event_id != self.last_id + 1:
+            return False
+        body = f"event: {event.type}\nid: {self.id_prefix}{event_id}\ndata: {event.data}\n\n"
+        if not self.writer.write(body.encode()):
+            return False
+        self.last_id = event_id
+        return True
 
     def _id(self) -> str:
         return f"{self.id_prefix}{self.last_id}"

@@ -63,35 +63,52 @@ class ConversationPath:
 
 def conversation_tree(*, conversation: Conversation) -> Tree:
     """What conversation.messages.values_list("id", "parent_id", "created_at") reads, as
-    one plain SELECT and the columns' own converters: building it through the ORM cost
-    more than running it, on every send."""
-    meta = Message._meta
-    fields = [meta.get_field(name) for name in ("id", "parent", "created_at")]
-    columns = [field.get_col(meta.db_table) for field in fields]
+    one plain SELECT (_rows): built through the ORM it cost more than running it, on every
+    send."""
+    key = Message._meta.get_field("conversation").get_db_prep_value(conversation.pk, connection)
+    rows = _rows(
+        Message, ["id", "parent", "created_at"], f"{_column(Message, 'conversation')} = %s", [key]
+    )
+    return Tree.build(Node(*row) for row in rows)
+
+
+def _column(model, name: str) -> str:
+    return connection.ops.quote_name(model._meta.get_field(name).column)
+
+
+def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
+    """The fields `names` of `model`'s rows WHERE `where` (SQL, %s for each of `params`),
+    each value through its column's own converters, as values_list gives them (SQLite's
+    text to UUID, datetime, bool). For the reads of the send path and a relay's start,
+    which the ORM built at a cost several times that of running them."""
+    meta = model._meta
+    fields = [meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
     sql = (
         f"SELECT {', '.join(quote(field.column) for field in fields)} "
-        f"FROM {quote(meta.db_table)} WHERE {quote(meta.get_field('conversation').column)} = %s"
+        f"FROM {quote(meta.db_table)} WHERE {where}"
     )
-    key = meta.get_field("conversation").get_db_prep_value(conversation.pk, connection)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [key])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
-    converters = [
-        (column, [*connection.ops.get_db_converters(column), *column.get_db_converters(connection)])
-        for column in columns
-    ]
-    return Tree.build(Node(*_converted(row, converters)) for row in rows)
+    converters = []
+    for field in fields:
+        column = field.get_col(meta.db_table)
+        functions = [
+            *connection.ops.get_db_converters(column),
+            *column.get_db_converters(connection),
+        ]
+        converters.append((column, functions))
+    return [_converted(row, converters) for row in rows]
 
 
-def _converted(row, converters) -> list:
-    """A row's values as the ORM gives them (SQLiteCursor: text to UUID and datetime)."""
+def _converted(row, converters) -> tuple:
     values = []
     for value, (column, functions) in zip(row, converters, strict=True):
         for convert in functions:
             value = convert(value, column, connection)
         values.append(value)
-    return values
+    return tuple(values)
 
 
 def messages_by_id(ids) -> list[Message]:
@@ -210,7 +227,8 @@ def prompt_history_newest_first(
     question back to the first, wherever the user's active path is now. Newest first and
     read a page at a time (the tree's shape is one light query): the caller stops once the
     model's context is full, so a long conversation is not read whole for every reply.
-    Rows, not model instances: a relay's start reads nothing else of them.
+    Rows, not model instances, read as plain SQL (_rows): a relay's start reads nothing
+    else of them.
 
     path: the ids from the first message down to the question, when the caller already has
     them (the send that made the reply). The tree is not read then, and the reply's own row
@@ -228,9 +246,14 @@ def prompt_history_newest_first(
     for start in range(0, max(len(ids), 1), page):
         chunk = ids[start : start + page]
         wanted = [*chunk, reply.id] if check else chunk
-        rows = Message.objects.filter(pk__in=wanted).values_list(
-            "id", "role", "content", "status", "stop_requested"
-        )
+        rows = []
+        if wanted:  # empty: a reply outside its conversation's tree, with no path given
+            rows = _rows(
+                Message,
+                ["id", "role", "content", "status", "stop_requested"],
+                f"{_column(Message, 'id')} IN ({', '.join(['%s'] * len(wanted))})",
+                [Message._meta.pk.get_db_prep_value(i, connection) for i in wanted],
+            )
         found = {row[0]: row[1:] for row in rows}
         if check:
             own = found.get(reply.id)

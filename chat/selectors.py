@@ -72,6 +72,50 @@ def conversation_tree(*, conversation: Conversation) -> Tree:
     return Tree.build(Node(*row) for row in rows)
 
 
+def conversation_locked(*, owner_id, conversation_id) -> Conversation:
+    """The owner's conversation with its preset, locked for the caller's transaction (the
+    conversation's row only; SQLite's IMMEDIATE transaction holds the whole database):
+    Conversation.objects.select_for_update(of=("self",)).select_related("preset")
+    .get(pk=conversation_id, owner_id=owner_id) as one plain SELECT, which the ORM built
+    at a cost several times that of running it, on every send. Conversation.DoesNotExist
+    unless it is the owner's."""
+    conversation_meta, preset_meta = Conversation._meta, Preset._meta
+    fields = [*conversation_meta.concrete_fields, *preset_meta.concrete_fields]
+    own = len(conversation_meta.concrete_fields)
+    quote = connection.ops.quote_name
+    table, presets = quote(conversation_meta.db_table), quote(preset_meta.db_table)
+    columns = ", ".join(
+        f"{quote(field.model._meta.db_table)}.{quote(field.column)}" for field in fields
+    )
+    sql = (
+        f"SELECT {columns} FROM {table} LEFT OUTER JOIN {presets} ON "
+        f"{table}.{_column(Conversation, 'preset')} = {presets}.{quote(preset_meta.pk.column)} "
+        f"WHERE {table}.{_column(Conversation, 'id')} = %s "
+        f"AND {table}.{_column(Conversation, 'owner')} = %s"
+    )
+    features = connection.features
+    if features.has_select_for_update:
+        of = (table,) if features.has_select_for_update_of else ()
+        sql += " " + connection.ops.for_update_sql(of=of)
+    params = [conversation_meta.pk.get_db_prep_value(conversation_id, connection), owner_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist("No such conversation of this owner.")
+    values = _converted(row, _converters(fields))
+    conversation = Conversation.from_db(
+        connection.alias, [field.attname for field in fields[:own]], values[:own]
+    )
+    preset = None
+    if conversation.preset_id is not None:
+        preset = Preset.from_db(
+            connection.alias, [field.attname for field in fields[own:]], values[own:]
+        )
+    conversation_meta.get_field("preset").set_cached_value(conversation, preset)
+    return conversation
+
+
 def _column(model, name: str) -> str:
     return connection.ops.quote_name(model._meta.get_field(name).column)
 
@@ -91,15 +135,21 @@ def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    converters = _converters(fields)
+    return [_converted(row, converters) for row in rows]
+
+
+def _converters(fields) -> list:
+    """Each field's column and the functions the ORM passes its database values through."""
     converters = []
     for field in fields:
-        column = field.get_col(meta.db_table)
+        column = field.get_col(field.model._meta.db_table)
         functions = [
             *connection.ops.get_db_converters(column),
             *column.get_db_converters(connection),
         ]
         converters.append((column, functions))
-    return [_converted(row, converters) for row in rows]
+    return converters
 
 
 def _converted(row, converters) -> tuple:

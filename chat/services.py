@@ -147,10 +147,9 @@ def _lock_for_reply(*, owner_id, conversation_id) -> Conversation:
     read of it: the fields that matter are read here, under the lock)."""
     _lock_user(owner_id)
     # The conversation too, so two requests cannot both pass the streaming check, nor both
-    # move the active leaf.
-    # of=("self",): PostgreSQL cannot lock the nullable side of the preset's outer join.
-    locked = Conversation.objects.select_for_update(of=("self",)).select_related("preset")
-    return locked.get(pk=conversation_id, owner_id=owner_id)
+    # move the active leaf. Its row only: PostgreSQL cannot lock the nullable side of the
+    # preset's outer join.
+    return selectors.conversation_locked(owner_id=owner_id, conversation_id=conversation_id)
 
 
 def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:

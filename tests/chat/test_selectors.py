@@ -47,3 +47,32 @@ def test_a_replys_history_reads_its_own_path_newest_first():
     type(reply).objects.filter(pk=reply.pk).update(stop_requested=True)
     list(selectors.prompt_history_newest_first(reply=reply, path=path))
     assert reply.stop_requested is True  # read with the path's first page
+
+
+@pytest.mark.parametrize("with_preset", [False, True])
+def test_the_locked_conversation_reads_what_the_orm_reads(with_preset, django_assert_num_queries):
+    from chat.models import Conversation, Preset
+
+    preset = Preset.objects.create(name="p", system_prompt="be brief", temperature=0.3)
+    conversation = create_conversation(
+        title="t", preset=preset if with_preset else None, temperature=0.7, max_tokens=9
+    )
+    create_message(conversation)  # not read: only the conversation's row
+
+    with django_assert_num_queries(1):
+        locked = selectors.conversation_locked(
+            owner_id=conversation.owner_id, conversation_id=conversation.id
+        )
+        assert locked.preset == (preset if with_preset else None)  # no query of its own
+    expected = Conversation.objects.select_related("preset").get(pk=conversation.pk)
+    for field in Conversation._meta.concrete_fields:
+        assert getattr(locked, field.attname) == getattr(expected, field.attname), field.name
+    if with_preset:
+        for field in Preset._meta.concrete_fields:
+            assert getattr(locked.preset, field.attname) == getattr(preset, field.attname)
+    assert not locked._state.adding
+
+    with pytest.raises(Conversation.DoesNotExist):
+        selectors.conversation_locked(
+            owner_id=create_conversation().owner_id, conversation_id=conversation.id
+        )

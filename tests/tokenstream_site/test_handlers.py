@@ -86,6 +86,9 @@ def test_sync_requests_reuse_the_pools_threads_and_their_database_connections(ha
         assert len({conn for t, conn in served if t is thread}) == 1
 
 
+# whitenoise's file iterator is sync: Django warns that it reads it in a thread, as it
+# always has for static files under ASGI.
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume synchronous iterators")
 def test_a_streamed_response_is_sent_whole(handler):
     # A static file: whitenoise answers it with a FileResponse, read in pieces.
     async def get() -> tuple[int, bytes]:

@@ -166,7 +166,7 @@ CACHES["sessions"] = {
     "KEY_PREFIX": "tokenstream-session",
     "OPTIONS": {} if REDIS_URL else {"MAX_ENTRIES": 20000},
 }
-SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+SESSION_ENGINE = "chat.sessions"  # cached_db, one cache client per process: see there
 SESSION_CACHE_ALIAS = "sessions"
 
 # The event log behind django-eventstream: see chat/streaming/memory_log.py for why not

@@ -62,8 +62,103 @@ class ConversationPath:
 
 
 def conversation_tree(*, conversation: Conversation) -> Tree:
-    rows = conversation.messages.values_list("id", "parent_id", "created_at")
+    """What conversation.messages.values_list("id", "parent_id", "created_at") reads, as
+    one plain SELECT (_rows): built through the ORM it cost more than running it, on every
+    send."""
+    key = Message._meta.get_field("conversation").get_db_prep_value(conversation.pk, connection)
+    rows = _rows(
+        Message, ["id", "parent", "created_at"], f"{_column(Message, 'conversation')} = %s", [key]
+    )
     return Tree.build(Node(*row) for row in rows)
+
+
+def conversation_locked(*, owner_id, conversation_id) -> Conversation:
+    """The owner's conversation with its preset, locked for the caller's transaction (the
+    conversation's row only; SQLite's IMMEDIATE transaction holds the whole database):
+    Conversation.objects.select_for_update(of=("self",)).select_related("preset")
+    .get(pk=conversation_id, owner_id=owner_id) as one plain SELECT, which the ORM built
+    at a cost several times that of running it, on every send. Conversation.DoesNotExist
+    unless it is the owner's."""
+    conversation_meta, preset_meta = Conversation._meta, Preset._meta
+    fields = [*conversation_meta.concrete_fields, *preset_meta.concrete_fields]
+    own = len(conversation_meta.concrete_fields)
+    quote = connection.ops.quote_name
+    table, presets = quote(conversation_meta.db_table), quote(preset_meta.db_table)
+    columns = ", ".join(
+        f"{quote(field.model._meta.db_table)}.{quote(field.column)}" for field in fields
+    )
+    sql = (
+        f"SELECT {columns} FROM {table} LEFT OUTER JOIN {presets} ON "
+        f"{table}.{_column(Conversation, 'preset')} = {presets}.{quote(preset_meta.pk.column)} "
+        f"WHERE {table}.{_column(Conversation, 'id')} = %s "
+        f"AND {table}.{_column(Conversation, 'owner')} = %s"
+    )
+    features = connection.features
+    if features.has_select_for_update:
+        of = (table,) if features.has_select_for_update_of else ()
+        sql += " " + connection.ops.for_update_sql(of=of)
+    params = [conversation_meta.pk.get_db_prep_value(conversation_id, connection), owner_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist("No such conversation of this owner.")
+    values = _converted(row, _converters(fields))
+    conversation = Conversation.from_db(
+        connection.alias, [field.attname for field in fields[:own]], values[:own]
+    )
+    preset = None
+    if conversation.preset_id is not None:
+        preset = Preset.from_db(
+            connection.alias, [field.attname for field in fields[own:]], values[own:]
+        )
+    conversation_meta.get_field("preset").set_cached_value(conversation, preset)
+    return conversation
+
+
+def _column(model, name: str) -> str:
+    return connection.ops.quote_name(model._meta.get_field(name).column)
+
+
+def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
+    """The fields `names` of `model`'s rows WHERE `where` (SQL, %s for each of `params`),
+    each value through its column's own converters, as values_list gives them (SQLite's
+    text to UUID, datetime, bool). For the reads of the send path and a relay's start,
+    which the ORM built at a cost several times that of running them."""
+    meta = model._meta
+    fields = [meta.get_field(name) for name in names]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {', '.join(quote(field.column) for field in fields)} "
+        f"FROM {quote(meta.db_table)} WHERE {where}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    converters = _converters(fields)
+    return [_converted(row, converters) for row in rows]
+
+
+def _converters(fields) -> list:
+    """Each field's column and the functions the ORM passes its database values through."""
+    converters = []
+    for field in fields:
+        column = field.get_col(field.model._meta.db_table)
+        functions = [
+            *connection.ops.get_db_converters(column),
+            *column.get_db_converters(connection),
+        ]
+        converters.append((column, functions))
+    return converters
+
+
+def _converted(row, converters) -> tuple:
+    values = []
+    for value, (column, functions) in zip(row, converters, strict=True):
+        for convert in functions:
+            value = convert(value, column, connection)
+        values.append(value)
+    return tuple(values)
 
 
 def messages_by_id(ids) -> list[Message]:
@@ -182,7 +277,8 @@ def prompt_history_newest_first(
     question back to the first, wherever the user's active path is now. Newest first and
     read a page at a time (the tree's shape is one light query): the caller stops once the
     model's context is full, so a long conversation is not read whole for every reply.
-    Rows, not model instances: a relay's start reads nothing else of them.
+    Rows, not model instances, read as plain SQL (_rows): a relay's start reads nothing
+    else of them.
 
     path: the ids from the first message down to the question, when the caller already has
     them (the send that made the reply). The tree is not read then, and the reply's own row
@@ -200,9 +296,14 @@ def prompt_history_newest_first(
     for start in range(0, max(len(ids), 1), page):
         chunk = ids[start : start + page]
         wanted = [*chunk, reply.id] if check else chunk
-        rows = Message.objects.filter(pk__in=wanted).values_list(
-            "id", "role", "content", "status", "stop_requested"
-        )
+        rows = []
+        if wanted:  # empty: a reply outside its conversation's tree, with no path given
+            rows = _rows(
+                Message,
+                ["id", "role", "content", "status", "stop_requested"],
+                f"{_column(Message, 'id')} IN ({', '.join(['%s'] * len(wanted))})",
+                [Message._meta.pk.get_db_prep_value(i, connection) for i in wanted],
+            )
         found = {row[0]: row[1:] for row in rows}
         if check:
             own = found.get(reply.id)

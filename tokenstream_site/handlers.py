@@ -4,15 +4,66 @@ Django builds one middleware chain for ASGI, async at its innermost end. With th
 middleware (all able to run sync, and one that can only), a sync view's request goes from
 the event loop to a worker thread (the middleware), back to the loop (URL resolving, the
 view middleware), to the thread again (the view) and back twice more on the way out: four
-hand-overs between threads where one pair does. Sync views (every page and the site JSON
-API) therefore run through a second, all-sync chain, whole in the request's one thread, as
-WSGI runs it. Async views (the /v1 API, which streams from the loop) keep Django's chain.
+hand-overs between threads where one does. Sync views (every page and the site JSON API)
+therefore run through a second, all-sync chain, as WSGI runs it: the request's start signal,
+its middleware and view, and (for a response that is not streamed) its end signal in one
+call to a thread of a small pool kept for the process's life.
+
+Not a thread of its own per request, as Django's ASGI handler gives it (asgiref's
+ThreadSensitiveContext): creating and joining that thread, and opening a new database
+connection in it, were a tenth of a send's CPU. A pool thread keeps its connection from one
+request to the next (`_keep_connection`), as a WSGI worker does with CONN_MAX_AGE; a
+connection that failed or left autocommit is still closed at the request's end by Django.
+Async views (the /v1 API, which streams from the loop) keep Django's chain and its thread
+per request: a shared thread there broke its streaming ("CurrentThreadExecutor already quit
+or is broken").
 """
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
-from django.urls import Resolver404, get_resolver
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
+from django.http import FileResponse
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+# Sync requests served at once per process; more wait for a thread. Every one holds a
+# database connection while it lives (PostgreSQL's pool allows DATABASE_POOL_SIZE, 20).
+REQUEST_THREADS = 8
+
+_pool_thread = threading.local()
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def request_executor() -> ThreadPoolExecutor:
+    """The process's pool of request threads, made at the first sync request."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(
+                max_workers=REQUEST_THREADS,
+                thread_name_prefix="django-request",
+                initializer=_mark_pool_thread,
+            )
+        return _executor
+
+
+def _mark_pool_thread() -> None:
+    _pool_thread.keeps_connections = True
+
+
+@receiver(connection_created)
+def _keep_connection(sender, connection, **kwargs) -> None:
+    """A connection opened in a pool thread is not obsolete at the request's end
+    (CONN_MAX_AGE is 0 for the threads that end with their request)."""
+    if getattr(_pool_thread, "keeps_connections", False):
+        connection.close_at = None
 
 
 class SyncViewsInOneThread(ASGIHandler):
@@ -23,10 +74,49 @@ class SyncViewsInOneThread(ASGIHandler):
         self.sync_handler = BaseHandler()
         self.sync_handler.load_middleware(is_async=False)
 
-    async def get_response_async(self, request):
-        if _serves_async(request.path_info):
-            return await super().get_response_async(request)
-        return await sync_to_async(self.sync_handler.get_response, thread_sensitive=True)(request)
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or _serves_async(_path_info(scope)):
+            return await super().__call__(scope, receive, send)
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        try:
+            serve = sync_to_async(self.serve, thread_sensitive=False, executor=request_executor())
+            response = await serve(scope, body_file)
+            if not response.streaming:
+                await self.send_response(response, send)
+                return
+            # A streamed response (a static file) is read and closed as Django's chain
+            # does, in a thread of its own: not in a pool thread for as long as it lasts.
+            async with ThreadSensitiveContext():
+                try:
+                    await self.send_response(response, send)
+                finally:
+                    await sync_to_async(response.close)()
+        finally:
+            body_file.close()
+
+    def serve(self, scope, body_file):
+        """The request from its start signal to its response, in a pool thread; a response
+        that is not streamed is closed here too (its end signal: this thread's database
+        connection), before it is sent."""
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.sync_handler.get_response(request)
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        response._handler_class = self.__class__
+        if not response.streaming:
+            response.close()
+        return response
+
+
+def _path_info(scope) -> str:
+    """The path Django resolves (as ASGIRequest.path_info)."""
+    return scope["path"].removeprefix(get_script_prefix(scope))
 
 
 def _serves_async(path: str) -> bool:

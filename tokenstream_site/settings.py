@@ -118,9 +118,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django runs each request's sync code in a thread of its own, each with its own
-    # connection: 200 requests at once exhausted PostgreSQL's 100 connections (measured).
-    # A pool makes a burst wait for a connection instead of failing.
+    # Each thread that runs Django's sync code has a connection of its own: the site's
+    # request threads (tokenstream_site/handlers.py) keep theirs, and the /v1 API's
+    # requests each get a thread of their own; 200 such threads at once exhausted
+    # PostgreSQL's 100 connections (measured). A pool makes a burst wait for a connection
+    # instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
         "max_size": env_int("DATABASE_POOL_SIZE", 20),
@@ -150,6 +152,22 @@ if REDIS_URL:
             "KEY_PREFIX": "tokenstream",
         }
     }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Every request reads its session: from this cache, written through to the database, which
+# answers when the cache does not have it (reading the database row each time was ~8% of a
+# send's CPU). A cache of their own, so that sessions never push the sign-in limits'
+# counters out of a bounded local cache. Shared by every process with Redis; in this
+# process's memory without (one process only: a sign-out in another process would not
+# reach this one's copy).
+CACHES["sessions"] = {
+    **CACHES["default"],
+    "LOCATION": CACHES["default"].get("LOCATION", "sessions"),
+    "KEY_PREFIX": "tokenstream-session",
+    "OPTIONS": {} if REDIS_URL else {"MAX_ENTRIES": 20000},
+}
+SESSION_ENGINE = "chat.sessions"  # cached_db, one cache client per process: see there
+SESSION_CACHE_ALIAS = "sessions"
 
 # The event log behind django-eventstream: see chat/streaming/memory_log.py for why not
 # DjangoModelStorage.

@@ -24,7 +24,6 @@ from chat.relay.metrics import METRICS
 from chat.relay.reply import CANCELLED, Reply, final_state, reply_usage
 from chat.relay.stop import StopSignals, asend_stop
 from chat.streaming import memory_log
-from chat.streaming.channels import channel_for
 from chat.streaming.publish import (
     apublish,
     local_delivery,
@@ -234,7 +233,7 @@ class RelayManager:
             return
         text = "".join(reply.buffer)
         reply.buffer.clear()
-        channel = channel_for(reply.conversation_id)
+        channel = reply.channel
         try:
             if reply.local:
                 publish_encoded(channel, "token", reply.token_event(text))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from chat.inference_client import Finish, InferenceError
 from chat.models import Message
 from chat.rates import decode_rate
+from chat.streaming.channels import channel_for
 from chat.streaming.publish import message_error_data, token_data, token_data_prefix
 from chat.usage import ReplyUsage
 
@@ -36,9 +37,11 @@ class Reply:
     finish: Finish | None = None
     done: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # Made once per reply rather than per token: the start of each token event's data, and
-    # whether token events carry the server's clock (RELAY_EVENT_TIMESTAMPS).
+    # Made once per reply rather than per token: the start of each token event's data, the
+    # conversation's event channel, and whether token events carry the server's clock
+    # (RELAY_EVENT_TIMESTAMPS).
     data_prefix: str = ""
+    channel: str = ""
     timestamps: bool = False
     # Tokens are published by a callback at the end of the loop turn in which they arrived
     # (see RelayManager._wake). local: one process, published there and then; else with
@@ -51,6 +54,7 @@ class Reply:
 
     def __post_init__(self) -> None:
         self.data_prefix = token_data_prefix(self.message_id)
+        self.channel = channel_for(self.conversation_id)
 
     def token_event(self, text: str) -> str:
         """The data of the next `token` event, carrying `text`."""

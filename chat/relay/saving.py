@@ -56,15 +56,35 @@ def reply_finish(*, message_id: uuid.UUID, fields: dict, usage: ReplyUsage | Non
     The UPDATE that finds the reply still streaming is also the one that ends it (on
     PostgreSQL it waits for the sweeper's row lock and then checks the status again), so
     the usual case is one statement rather than a locking read and then the write."""
-    now = timezone.now()
-    reply = Message.objects.filter(pk=message_id)
+    values = {**fields, "updated_at": timezone.now()}
     with transaction.atomic():
-        ended_here = reply.filter(status=Message.Status.STREAMING).update(updated_at=now, **fields)
+        ended_here = _update_reply(message_id, values, only_streaming=True)
         if not ended_here:
             # Interrupted by the sweeper (already counted), or deleted (counted below).
-            ended_here = not reply.update(updated_at=now, **fields)
+            ended_here = not _update_reply(message_id, values, only_streaming=False)
         if usage is not None and ended_here:
             usage_record(usage=usage)
+
+
+def _update_reply(message_id: uuid.UUID, values: dict, *, only_streaming: bool) -> int:
+    """Message.objects.filter(pk=…[, status=streaming]).update(**values) as one plain
+    UPDATE: the ORM built its ten assignments at several times the cost of running it, at
+    the end of every reply. Returns the rows changed."""
+    meta = Message._meta
+    fields = [meta.get_field(name) for name in values]
+    sql = (
+        f"UPDATE {_quote(meta.db_table)} SET "
+        f"{', '.join(f'{_quote(f.column)} = %s' for f in fields)} "
+        f"WHERE {_quote(meta.pk.column)} = %s"
+    )
+    params = [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    params.append(meta.pk.get_db_prep_value(message_id, connection))
+    if only_streaming:
+        sql += f" AND {_quote(meta.get_field('status').column)} = %s"
+        params.append(Message.Status.STREAMING)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def replies_interrupt_orphans(*, stale_after: float, exclude: set) -> list[Message]:

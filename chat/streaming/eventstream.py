@@ -10,13 +10,15 @@ Serving streams ourselves means driving its listener manager directly, and that 
 internal state, not a public API:
 
 - `ListenerManager.lock`, `.listeners_by_channel`, `add_listener` / `remove_listener`;
-- `Listener.channel_items`, `.overflow`, `.aevent`, `assign_loop`, `wake_threadsafe`.
+- `Listener.channel_items`, `.overflow`, `.aevent`, `assign_loop`, `wake_threadsafe` (and
+  the attributes we add to it: `user_id`, `channels`, `sink`).
 
 An upgrade of django-eventstream must re-check exactly this module; nothing else imports it.
 """
 
 import asyncio
 import json
+import logging
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django_eventstream.channelmanager import ChannelManagerBase
@@ -24,6 +26,8 @@ from django_eventstream.event import Event
 from django_eventstream.storage import EventDoesNotExist, StorageBase
 from django_eventstream.utils import get_storage, make_id, parse_last_event_id
 from django_eventstream.views import Listener, get_listener_manager
+
+logger = logging.getLogger(__name__)
 
 # One per process (a module global of django-eventstream's views).
 listener_manager = get_listener_manager()
@@ -89,6 +93,10 @@ def notify(event: Event) -> None:
     channel = event.channel
     with listener_manager.lock:
         for listener in listener_manager.listeners_by_channel.get(channel, ()):
+            # A stream waiting with nothing queued may take the event there and then
+            # (Subscription.sink), instead of being woken to take it from the queue.
+            if getattr(listener, "sink", None) is not None and _sunk(listener, event):
+                continue
             queued = listener.channel_items.setdefault(channel, [])
             if len(queued) < QUEUE_LIMIT:
                 queued.append(event)
@@ -97,15 +105,30 @@ def notify(event: Event) -> None:
             listener.aevent.set()
 
 
+def _sunk(listener: Listener, event: Event) -> bool:
+    if listener.channel_items or listener.overflow:
+        return False  # queued events go first
+    try:
+        return listener.sink(event)
+    except Exception:  # the queue still delivers it; the publisher must not fail
+        logger.exception("an event stream's sink failed")
+        return False
+
+
 class Subscription:
     """One open stream's place in the listener manager: events queued for it since the
     last `take`, and whether some were dropped (then the log has them)."""
 
-    def __init__(self, channel: str, user_id) -> None:
+    def __init__(self, channel: str, user_id, sink=None) -> None:
+        """sink(event) -> bool, on the loop: takes an event published while this stream
+        waits with nothing queued, or returns False (then it is queued as ever). Waking the
+        stream's task for each event and writing from there cost more than the write."""
         self.channel = channel
         self.listener = Listener()
         self.listener.user_id = user_id
         self.listener.channels = {channel}
+        self.listener.sink = None  # the sink, while `wait` waits
+        self.sink = sink
         self.timer: asyncio.TimerHandle | None = None
 
     def open(self) -> None:
@@ -147,7 +170,11 @@ class Subscription:
         while True:
             if self.timer is None:
                 self.timer = loop.call_at(deadline, self._ring)
-            await event.wait()
+            listener.sink = self.sink
+            try:
+                await event.wait()
+            finally:
+                listener.sink = None
             if listener.channel_items or listener.overflow:
                 return True
             if loop.time() >= deadline - TIMER_TOLERANCE:

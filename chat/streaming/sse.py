@@ -27,6 +27,7 @@ from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
 from chat.streaming.eventstream import storage as event_storage
 from chat.streaming.publish import local_delivery
+from chat.streaming.socket_write import SocketWriter
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +117,15 @@ class ConversationEvents:
             return await plain_response(send, 503, "Event delivery is not available.\n")
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         send = scope.get(SERVER_SEND, send)  # the body: see KeepServerSend
+        write = SocketWriter.for_send(send)
         conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
 
         async def still_allowed() -> bool:
             return await database_sync_to_async(stream_may_continue)(scope, conversation_id)
 
-        events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed).bodies()
-        pump = asyncio.ensure_future(forward(events, send))
+        events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed, write)
+        events = events.bodies()
+        pump = asyncio.ensure_future(forward(events, send, write))
         gone = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -145,14 +148,25 @@ class AccessEnded(Exception):
 class ChannelStream:
     """One subscriber of one channel: catch up from the log, then follow live events."""
 
-    def __init__(self, channel: str, user_id, resume_after: int | None, still_allowed):
+    def __init__(
+        self,
+        channel: str,
+        user_id,
+        resume_after: int | None,
+        still_allowed,
+        writer: SocketWriter | None = None,
+    ):
+        """writer: where a live event may be written the moment it is published, while the
+        stream waits for it (`_sink`)."""
         self.channel = channel
         self.still_allowed = still_allowed
         self.checked_at = time.monotonic()
         self.id_prefix = id_prefix(channel)
         self.last_id = resume_after
         self.storage = event_storage()
-        self.subscription = Subscription(channel, user_id)
+        self.writer = writer
+        sink = None if writer is None else self._sink
+        self.subscription = Subscription(channel, user_id, sink)
         # The in-memory log answers in microseconds; Redis is a network round trip.
         self.local = local_delivery()
 
@@ -167,6 +181,19 @@ class ChannelStream:
         # django-eventstream's sanitising regexes are not needed on this hot path.
         self.last_id = int(event.id)
         return f"event: {event.type}\nid: {self._id()}\ndata: {event.data}\n\n"
+
+    def _sink(self, event) -> bool:
+        """The next live event, written as it is published while `_follow` waits with
+        nothing queued (Subscription.sink); False: it goes through the queue as ever (not
+        the next id, or the socket's buffer is not empty)."""
+        event_id = int(event.id)
+        if event_id != self.last_id + 1:
+            return False
+        body = f"event: {event.type}\nid: {self.id_prefix}{event_id}\ndata: {event.data}\n\n"
+        if not self.writer.write(body.encode()):
+            return False
+        self.last_id = event_id
+        return True
 
     def _id(self) -> str:
         return f"{self.id_prefix}{self.last_id}"
@@ -243,10 +270,13 @@ class ChannelStream:
         self.checked_at = time.monotonic()
 
 
-async def forward(bodies, send) -> None:
+async def forward(bodies, send, writer: SocketWriter | None = None) -> None:
+    """writer: straight to the socket when it can (chat/streaming/socket_write.py)."""
     try:
         async for body in bodies:
-            await send({"type": "http.response.body", "body": body.encode(), "more_body": True})
+            data = body.encode()
+            if writer is None or not writer.write(data):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
     finally:
         await bodies.aclose()
 

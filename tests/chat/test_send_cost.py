@@ -10,14 +10,14 @@ from chat import usage
 from chat.models import Conversation, UsageEvent
 from tests.support.api import finish_replies, post
 
-# Session and user (2), BEGIN and COMMIT (2), the conversation under its lock, the streaming
-# and rate counts (one statement), the rate row, the quota overrides, the tree, both
-# messages in one INSERT, the conversation's new leaf and title.
-SEND_QUERIES = 11
+# The user (the session comes from its cache), BEGIN and COMMIT (2), the conversation under
+# its lock, the streaming and rate counts (one statement), the rate row, the quota
+# overrides, the tree, both messages in one INSERT, the conversation's new leaf and title.
+SEND_QUERIES = 10
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_send_takes_at_most_eleven_queries(api, user, django_assert_max_num_queries):
+def test_a_send_takes_at_most_ten_queries(api, user, django_assert_max_num_queries):
     conversation = Conversation.objects.create(owner=user)
     path = f"/api/conversations/{conversation.pk}/messages/"
     assert post(api, path, {"content": "first"}).status_code == 202

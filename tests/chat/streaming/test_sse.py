@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from chat.streaming import memory_log
+from chat.streaming import memory_log, sse
 from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import id_prefix
 from chat.streaming.publish import publish_on_loop
@@ -253,3 +253,45 @@ def test_the_body_goes_to_the_servers_send_and_only_the_start_through_the_wrappe
     assert subscriber.status == 200
     assert [e.json["text"] for e in subscriber.events()] == ["a", "b"]
     assert wrapped == ["http.response.start"]
+
+
+class FakeSocket:
+    """A SocketWriter stand-in: takes a body written as its event is published, except
+    when `busy` (a full socket buffer), when the stream's `send` must carry it instead."""
+
+    def __init__(self, subscriber):
+        self.subscriber = subscriber
+        self.busy = False
+        self.publishing = False
+        self.written_as_published = 0
+
+    def write(self, body: bytes) -> bool:
+        if self.busy:
+            return False
+        self.subscriber.body += body.decode()
+        self.written_as_published += self.publishing
+        return True
+
+
+def test_live_events_written_as_published_or_queued_arrive_once_each_in_order(monkeypatch):
+    conversation = create_conversation()
+    subscriber = Subscriber(conversation.owner, conversation.id)
+    socket = FakeSocket(subscriber)
+    monkeypatch.setattr(sse.SocketWriter, "for_send", classmethod(lambda cls, send: socket))
+    texts = [f"t{i}" for i in range(30)]
+
+    async def action():
+        for seq, text in enumerate(texts):
+            socket.busy = seq % 7 in (3, 4)  # now and then the socket's buffer is full
+            socket.publishing = True
+            publish_on_loop(conversation.id, "token", {"message_id": "m", "seq": seq, "text": text})
+            socket.publishing = False
+            if seq % 5 == 0:
+                await asyncio.sleep(0.01)  # the stream's task runs between some of them
+
+    asyncio.run(subscriber.run_while(action))
+    assert [e.json["text"] for e in subscriber.events()] == texts
+    ids = [int(e.id.rsplit(":", 1)[-1]) for e in subscriber.events()]
+    assert ids == list(range(ids[0], ids[0] + len(texts)))
+    # Most went out as published, without waking the stream's task.
+    assert socket.written_as_published >= len(texts) // 2

@@ -21,13 +21,13 @@ import statistics
 import subprocess
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 
 from bench.relay.clients import sign_in
 from bench.relay.rounds import run_round, send_burst
+from bench.relay.runner import site_env
 from bench.relay.stats import ProcessStats
 from tests.support import processes
 from tests.support.processes import InferenceServer, SiteServer
@@ -153,14 +153,7 @@ def main() -> None:
             for index, (name, root) in enumerate(
                 (("before", before_root), ("after", processes.ROOT))
             ):
-                env = dict(
-                    INFERENCE_URLS=inference.url,
-                    RELAY_EVENT_TIMESTAMPS=1,
-                    LOG_LEVEL="WARNING",
-                    CHAT_MAX_STREAMING_PER_USER=100000,
-                    CHAT_MESSAGES_PER_MINUTE=1000000,
-                    DJANGO_SECRET_KEY=uuid.uuid4().hex * 2,
-                )
+                env = site_env(inference.url)
                 if args.database_url:
                     env["DATABASE_URL"] = _database(args.database_url, f"ab_{name}")
                 if redis_urls:

@@ -174,15 +174,21 @@ def run(args) -> dict:
             inference.stop()
 
 
-def _start_sites(args, tmp: Path, inference: InferenceServer) -> list[SiteServer]:
-    env = dict(
-        INFERENCE_URLS=inference.url,
+def site_env(inference_url: str) -> dict:
+    """A benchmarked site's settings: its inference server, token timestamps, and no
+    per-user limits in the way of hundreds of streams from one benchmark user."""
+    return dict(
+        INFERENCE_URLS=inference_url,
         RELAY_EVENT_TIMESTAMPS=1,
         LOG_LEVEL="WARNING",
         CHAT_MAX_STREAMING_PER_USER=100000,
         CHAT_MESSAGES_PER_MINUTE=1000000,
         DJANGO_SECRET_KEY=uuid.uuid4().hex * 2,
     )
+
+
+def _start_sites(args, tmp: Path, inference: InferenceServer) -> list[SiteServer]:
+    env = site_env(inference.url)
     if args.database_url:
         env["DATABASE_URL"] = args.database_url
     if args.redis_url:

@@ -7,11 +7,11 @@ import uuid
 import pytest
 
 from tests.support.processes import InferenceServer, SiteServer
+from tests.support.redis_server import REDIS_URL, require_redis
 from tests.support.site_client import SiteClient, collect_reply
 
 pytestmark = [pytest.mark.live, pytest.mark.scaled]
 
-REDIS_URL = "redis://127.0.0.1:6379/5"
 # Site processes behind one proxy share the key that signs their sessions.
 SECRET = uuid.uuid4().hex * 2
 WORDS = " ".join(f"w{i}" for i in range(50))
@@ -19,13 +19,7 @@ WORDS = " ".join(f"w{i}" for i in range(50))
 
 @pytest.fixture(scope="module")
 def redis_url():
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
-    return REDIS_URL
+    return require_redis(REDIS_URL)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from chat.relay.manager import relay_manager
 from chat.streaming import memory_log
 from chat.streaming.channels import channel_for
 from tests.support.factories import create_conversation
+from tests.support.redis_server import require_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -185,12 +186,7 @@ def test_an_api_reply_that_ended_before_its_reader_tapped_it_still_gives_its_end
 def test_with_redis_a_reply_is_published_in_order_and_saved_whole(settings):
     # Token events go to the Redis log in batches from the loop (chat/streaming/delivery.py):
     # seq still counts them from 0, and the saved text and next_seq are what the log holds.
-    redis = pytest.importorskip("redis")
-    url = "redis://127.0.0.1:6379/5"
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
+    url = require_redis()
     from chat.streaming import delivery
     from chat.streaming.redis_log import RedisEventStorage
 

@@ -11,17 +11,12 @@ import pytest
 from chat.streaming import delivery, redis_log
 from chat.streaming.eventstream import Subscription
 from tests.support.processes import free_port
-
-REDIS_URL = "redis://127.0.0.1:6379/5"
+from tests.support.redis_server import REDIS_URL, require_redis
 
 
 @pytest.fixture
 def redis_url(settings):
-    redis = pytest.importorskip("redis")
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
+    require_redis(REDIS_URL)
     settings.REDIS_URL = REDIS_URL
     settings.EVENTSTREAM_STORAGE_CLASS = "chat.streaming.redis_log.RedisEventStorage"
     settings.EVENTLOG_MAX_EVENTS_PER_CHANNEL = 100

@@ -10,8 +10,7 @@ from chat.streaming import memory_log
 from chat.streaming.channels import conversation_id_from_channel
 from chat.streaming.eventstream import EventDoesNotExist
 from chat.streaming.memory_log import MemoryEventStorage
-
-REDIS_URL = "redis://127.0.0.1:6379/5"
+from tests.support.redis_server import REDIS_URL, require_redis
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -20,11 +19,7 @@ def storage(request, settings):
     if request.param == "memory":
         memory_log.forget_all_channels()
         return MemoryEventStorage()
-    redis = pytest.importorskip("redis")
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis is not running at 127.0.0.1:6379 ({exc})")
+    require_redis(REDIS_URL)
     settings.REDIS_URL = REDIS_URL
     from chat.streaming.redis_log import RedisEventStorage
 

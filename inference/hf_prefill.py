@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from inference import quant
+from inference import prefill_stages, quant
 from inference.prefill import (
     ATTN_BLOCK,
     MIN_ROWS,
@@ -37,6 +37,7 @@ from inference.prefill import (
     register,
     tile_cost,
 )
+from inference.prefill_stages import Staged, StagedForward
 from inference.prefix_cache import BLOCK, CacheStats, PrefixCache
 
 MAX_SEALS = 16  # finished replies waiting to be cached; older ones are dropped
@@ -63,21 +64,35 @@ class Prefiller:
         self.cache = PrefixCache(cache_bytes, KV_TOKEN_DIM) if cache_bytes > 0 else None
         self.jobs: dict[int, PrefillJob] = {}  # id(seq) -> its prompt's job
         self.seals: deque[PrefillJob] = deque()
+        self.stages = StagedForward(model) if prefill_stages.supports(model) else None
+        self.staged: Staged | None = None  # a chunk part-way through the layers
 
     @property
     def stats(self) -> CacheStats:
         return self.cache.stats if self.cache else CacheStats()
 
     def step(self, seqs: list[Any]) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
-        """One chunk over the prompts of `seqs`; for each prompt it completed (by id(seq)):
-        its job (whose `kv` holds the prompt's KV) and its last position's logits."""
+        """One step over the prompts of `seqs`: a chunk, or the next layers of a chunk in
+        stages; for each prompt it completed (by id(seq)): its job (whose `kv` holds the
+        prompt's KV) and its last position's logits."""
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
-        budget = self.pace.budget(tile_cost(jobs, self.ratio))
-        done = self._run(plan_chunk(jobs, budget, self.ratio), budget)
+        if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
+            self.staged = None  # every prompt of it was cancelled
+        if self.staged is None:
+            budget = self.pace.budget(tile_cost(jobs, self.ratio))
+            self.staged = self._begin(plan_chunk(jobs, budget, self.ratio), budget)
+        done = self._stage(self.staged)
+        if done is None:
+            return {}
+        self.staged = None
+        done = {job: logits for job, logits in done.items() if self._live(job)}
         for job in done:
             del self.jobs[id(job.seq)]
             self._cache(job)
         return {id(job.seq): (job, logits) for job, logits in done.items()}
+
+    def _live(self, job: PrefillJob) -> bool:
+        return self.jobs.get(id(job.seq)) is job
 
     def background(self) -> bool:
         """One chunk of caching finished replies; whether more remains."""
@@ -113,6 +128,7 @@ class Prefiller:
             self.seals.popleft()
 
     def reset(self) -> None:
+        self.staged = None
         self.jobs.clear()
         self.seals.clear()
 
@@ -155,12 +171,57 @@ class Prefiller:
         cost = chunk_cost(work, self.ratio)
         budget = self.pace.budget() if budget is None else budget
         start = time.perf_counter()
-        done = self._forward(work)
+        done = self._finish(self._forward(work))
         self.pace.record(cost, time.perf_counter() - start, budget)
         return done
 
+    def _begin(self, work: list[tuple[PrefillJob, int]], budget: float = 0.0) -> Staged:
+        """A chunk ready for its first stage, planned on `budget`."""
+        if self.stages is None:  # run in one pass when its step comes
+            return Staged(work, [], None, {}, torch.empty(0), 0.0, budget=budget)
+        inputs, ending, keep = self._inputs(work)
+        chunk = {"work": work, "ending": ending, "keep": keep, "budget": budget}
+        chunk["cost"] = chunk_cost(work, self.ratio)
+        with quant.dense_only():
+            return self.stages.begin(inputs, **chunk)
+
+    def _stage(self, staged: Staged) -> dict[PrefillJob, torch.Tensor] | None:
+        """The chunk's next layers, as many as fit the step's time (all of them unless steps
+        are paced); the prompts it completed once it went through them all, else None."""
+        if self.stages is None:
+            return self._run(staged.work, staged.budget)
+        budget = self.pace.budget()
+        paced = self.pace.tokens > 0 and self.pace.seconds > 0
+        layers = self.stages.layers_within(staged, budget) if paced else len(self.stages.layers)
+        start = time.perf_counter()
+        with quant.dense_only():
+            last = self.stages.run(staged, layers)
+        seconds = time.perf_counter() - start
+        self.pace.record(self.stages.share(staged, layers), seconds, budget)
+        return self._finish(staged) if last else None
+
     @torch.inference_mode()
-    def _forward(self, work: list[tuple[PrefillJob, int]]) -> dict[PrefillJob, torch.Tensor]:
+    def _forward(self, work: list[tuple[PrefillJob, int]]) -> Staged:
+        """The whole chunk through the model in one pass."""
+        if self.stages is not None:
+            staged = self._begin(work)
+            with quant.dense_only():
+                self.stages.run(staged, len(self.stages.layers))
+            return staged
+        inputs, ending, keep = self._inputs(work)
+        staged = Staged(work, ending, keep, inputs, torch.empty(0), 0.0)
+        with quant.dense_only():
+            if staged.keep is None:  # no logits wanted: the decoder alone, no LM head
+                getattr(self.model, self.model.base_model_prefix)(**staged.kwargs)
+            else:
+                staged.logits = self.model(**staged.kwargs, logits_to_keep=staged.keep).logits
+        return staged
+
+    def _inputs(
+        self, work: list[tuple[PrefillJob, int]]
+    ) -> tuple[dict[str, Any], list[Piece], torch.Tensor | None]:
+        """The forward's inputs for the pieces packed in one row, the pieces that complete
+        their prompt, and the rows whose logits they want (None: no logits wanted)."""
         pieces: list[Piece] = []
         ids: list[int] = []
         pos: list[int] = []
@@ -181,18 +242,21 @@ class Prefiller:
             "use_cache": False,
             "prefill_plan": PrefillPlan(pieces, self.kv_heads, self.compute_dtype),
         }
-        with quant.dense_only():
-            if not ending:  # no logits wanted: the decoder alone, without the LM head
-                getattr(self.model, self.model.base_model_prefix)(**inputs)
-                logits = None
-            else:
-                rows = [p.offset + p.length - 1 for p in ending]
-                rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows
-                keep = torch.tensor(rows, device=self.device)
-                logits = self.model(**inputs, logits_to_keep=keep).logits
-        for p in pieces:
-            p.job.done += p.length
-        return {p.job: logits[0, i] for i, p in enumerate(ending)} if logits is not None else {}
+        keep = None
+        if ending:
+            rows = [p.offset + p.length - 1 for p in ending]
+            rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows
+            keep = torch.tensor(rows, device=self.device)
+        return inputs, ending, keep
+
+    @staticmethod
+    def _finish(staged: Staged) -> dict[PrefillJob, torch.Tensor]:
+        """Counts the chunk's tokens as done; the logits of the prompts it completed."""
+        for job, n in staged.work:
+            job.done += n
+        if staged.logits is None:
+            return {}
+        return {p.job: staged.logits[0, i] for i, p in enumerate(staged.ending)}
 
 
 def _clear_tail(kv: torch.Tensor, end: int) -> None:

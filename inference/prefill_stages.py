@@ -1,0 +1,96 @@
+"""A prefill chunk's forward pass, run a few decoder layers at a time.
+
+A prefill step cannot be smaller than one tile of prefill.ALIGN rows without paying for the
+whole tile (the linear layers multiply whole tiles), and deep in a long prompt that tile's
+attention alone can take several times PREFILL_STEP_MS on a slow CPU. Every running stream
+waited that long for its next token. So a chunk whose cost is over the step's budget goes
+through the model in stages: some of its layers in one step, the next layers in the next,
+a decode step of the running batch between them. Each layer does the same arithmetic on the
+same rows as in one pass, in the same order, so the chunk's KV and logits are bit for bit the
+one pass's (tests/inference/test_prefill_stages.py), whatever the stages.
+
+It drives the decoder the way transformers' LlamaModel.forward does (embeddings, rotary
+position embeddings, the layers, the final norm), so it serves Llama-shaped models only
+(`supports`); any other model's chunk is one pass of its own forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+def supports(model: Any) -> bool:
+    """A Llama model: its base model's forward is embed, rotary, layers, norm and nothing else."""
+    config = getattr(model, "config", None)
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    return (
+        getattr(config, "model_type", None) == "llama"
+        and base is not None
+        and all(hasattr(base, name) for name in ("embed_tokens", "rotary_emb", "layers", "norm"))
+    )
+
+
+@dataclass(eq=False)
+class Staged:
+    """One chunk part-way through the decoder: its hidden states after `layer` layers."""
+
+    work: list[Any]  # (PrefillJob, tokens) of the chunk, as planned
+    ending: list[Any]  # the pieces whose prompt this chunk completes (they want logits)
+    keep: torch.Tensor | None  # the rows the LM head reads, or None: no logits wanted
+    kwargs: dict[str, Any]  # what every layer takes besides the hidden states
+    hidden: torch.Tensor
+    cost: float  # the whole chunk's cost in the prefill cost model's units
+    layer: int = 0
+    budget: float = 0.0  # the budget its step planned it on
+    logits: torch.Tensor | None = field(default=None, repr=False)
+
+
+class StagedForward:
+    """`begin` embeds a chunk, `run` takes it through the next layers, `finish` gives its
+    logits: together, bit for bit `model(**inputs, logits_to_keep=keep)`."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        base = getattr(model, model.base_model_prefix)
+        self.embed, self.rotary, self.norm = base.embed_tokens, base.rotary_emb, base.norm
+        self.layers = list(base.layers[: model.config.num_hidden_layers])
+
+    @torch.inference_mode()
+    def begin(self, inputs: dict[str, Any], **chunk: Any) -> Staged:
+        hidden = self.embed(inputs["input_ids"])
+        kwargs = {
+            "attention_mask": inputs["attention_mask"],
+            "position_ids": inputs["position_ids"],
+            "position_embeddings": self.rotary(hidden, position_ids=inputs["position_ids"]),
+            "past_key_values": None,
+            "use_cache": False,
+            "prefill_plan": inputs["prefill_plan"],
+        }
+        return Staged(kwargs=kwargs, hidden=hidden, **chunk)
+
+    @torch.inference_mode()
+    def run(self, staged: Staged, layers: int) -> bool:
+        """The next `layers` layers (at least one); whether the chunk went through them all.
+        The last stage also applies the final norm and, when logits are wanted, the LM head."""
+        end = min(len(self.layers), staged.layer + max(1, layers))
+        hidden = staged.hidden
+        for layer in self.layers[staged.layer : end]:
+            hidden = layer(hidden, **staged.kwargs)
+        staged.hidden, staged.layer = hidden, end
+        if end < len(self.layers):
+            return False
+        if staged.keep is not None:
+            staged.logits = self.model.lm_head(self.norm(hidden)[:, staged.keep])
+        return True
+
+    def layers_within(self, staged: Staged, budget: float) -> int:
+        """How many layers of `staged` fit in `budget` units (at least one)."""
+        per_layer = staged.cost / len(self.layers)
+        return max(1, int(budget / per_layer)) if per_layer > 0 else len(self.layers)
+
+    def share(self, staged: Staged, layers: int) -> float:
+        """The cost of `layers` of the chunk's layers."""
+        return staged.cost * layers / len(self.layers)

@@ -1,0 +1,107 @@
+"""A prefill chunk run a few layers per step: the same bits as one pass, steps within budget."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from inference.engine import Message
+from inference.hf_engine import encode_chat
+from inference.hf_prefill import Prefiller
+from inference.prefill_stages import supports
+
+pytestmark = pytest.mark.model
+DOC = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+
+
+class _Seq:
+    def __init__(self, prompt: list[int]) -> None:
+        self.prompt_ids, self.generated = prompt, []
+
+
+def _prompt(loaded: Any, start: int, chars: int = 2400) -> list[int]:
+    return encode_chat(loaded.tokenizer, [Message("user", DOC[start : start + chars])])
+
+
+def _frozen(prefiller: Prefiller, per_unit: float) -> Prefiller:
+    """Its pace fixed at `per_unit` seconds a unit: steps are planned the same every run."""
+    prefiller.pace.per_unit = per_unit
+    prefiller.pace.record = lambda *args: None  # type: ignore[method-assign]
+    return prefiller
+
+
+def _prefill(prefiller: Prefiller, prompt: list[int]) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """Steps until the prompt is computed: how many, its KV, its last position's logits."""
+    seq, steps = _Seq(prompt), 1
+    while not (done := prefiller.step([seq])):
+        steps += 1
+    job, logits = done[id(seq)]
+    return steps, job.kv, logits
+
+
+@pytest.mark.parametrize("layers_per_stage", [1, 7])
+def test_a_chunk_in_stages_has_the_bits_of_the_models_own_forward(
+    loaded_model: Any, layers_per_stage: int
+) -> None:
+    prompt = _prompt(loaded_model, 0)
+    one_pass = Prefiller(loaded_model.model, 0, 0)
+    one_pass.stages = None  # transformers' own forward, in one call
+    _, kv, logits = _prefill(one_pass, prompt)
+    staged = Prefiller(loaded_model.model, 0, 0)
+    staged.stages.layers_within = lambda *args: layers_per_stage  # type: ignore[method-assign]
+    # unpaced (no chunks) a chunk goes through every layer at once: pace it to stage it
+    staged.pace.tokens, staged.pace.seconds = 10**6, 1.0
+    steps, kv2, logits2 = _prefill(staged, prompt)
+    assert steps == math.ceil(loaded_model.model.config.num_hidden_layers / layers_per_stage)
+    assert torch.equal(kv2, kv) and torch.equal(logits2, logits)
+
+
+def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(
+    loaded_model: Any,
+) -> None:
+    prompt = _prompt(loaded_model, 0)
+    layers = loaded_model.model.config.num_hidden_layers
+    # a budget of 64 units, the least a learnt one can be, under a tile's 128 rows
+    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.064), 0.001)
+    seq, ran = _Seq(prompt), []
+    original = prefiller.stages.run
+
+    def run(staged: Any, n: int) -> bool:
+        ran.append(min(n, layers - staged.layer))
+        return original(staged, n)
+
+    prefiller.stages.run = run  # type: ignore[method-assign]
+    while not (done := prefiller.step([seq])):
+        pass
+    assert sum(ran) % layers == 0 and sum(ran) // layers >= len(prompt) // 128
+    assert max(ran) < layers  # no step took a chunk through every layer
+    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
+    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
+
+
+def test_a_prompt_cancelled_between_stages_leaves_the_next_one_its_own_answer(
+    loaded_model: Any,
+) -> None:
+    first, second = _prompt(loaded_model, 0), _prompt(loaded_model, 3000)
+    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), second)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.064), 0.001)
+    gone = _Seq(first)
+    assert prefiller.step([gone]) == {} and prefiller.staged is not None
+    prefiller.finished(gone)  # cancelled: the scheduler releases it
+    _, kv2, logits2 = _prefill(prefiller, second)
+    assert torch.equal(kv2[:, :, :, : len(second)], kv[:, :, :, : len(second)])
+    assert torch.equal(logits2, logits)
+
+
+def test_only_llama_shaped_models_are_staged() -> None:
+    base = SimpleNamespace(embed_tokens=1, rotary_emb=1, layers=[], norm=1)
+    llama = SimpleNamespace(config=SimpleNamespace(model_type="llama"), base_model_prefix="model")
+    llama.model = base
+    gemma = SimpleNamespace(config=SimpleNamespace(model_type="gemma"), base_model_prefix="model")
+    gemma.model = base
+    assert supports(llama) and not supports(gemma)

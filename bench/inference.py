@@ -400,9 +400,11 @@ def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> Non
 
 
 @contextlib.contextmanager
-def server_process(cmd: list[str], ready_path: str, port_flag: str) -> Iterator[str | None]:
-    """Runs `cmd` on a free port until the block ends; yields its URL once `ready_path`
-    answers 200, or None when it did not start (that baseline is then skipped)."""
+def server_process(
+    cmd: list[str], ready_path: str, port_flag: str, cwd: str | None = None
+) -> Iterator[str | None]:
+    """Runs `cmd` (in `cwd`) on a free port until the block ends; yields its URL once
+    `ready_path` answers 200, or None when it did not start (that baseline is then skipped)."""
     import socket
     import subprocess
 
@@ -410,7 +412,7 @@ def server_process(cmd: list[str], ready_path: str, port_flag: str) -> Iterator[
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen(
-        [*cmd, port_flag, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, port_flag, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd
     )
     url = f"http://127.0.0.1:{port}"
     try:

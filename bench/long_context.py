@@ -27,7 +27,9 @@ import asyncio
 import contextlib
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -187,6 +189,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server"
     )
     ap.add_argument("--skip-paste", action="store_true", help="only the next-turn measurement")
+    ap.add_argument(
+        "--before",
+        default="",
+        help="a commit (git archive) whose chunked server runs beside this tree's, as "
+        "'ours at REV, chunked'",
+    )
     return ap.parse_args(argv)
 
 
@@ -213,13 +221,29 @@ def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> dict
             "--interrupt_requests",
             "False",
         ]
+    cwds = {}
+    if args.before:
+        label = f"ours at {args.before}, chunked"
+        cmds, cwds[label] = {label: ours + chunk, **cmds}, str(_archive(stack, args.before))
     urls = {}
     for label, cmd in cmds.items():
         ready = "/v1/models" if label.startswith("llama") else "/ready"
-        url = stack.enter_context(server_process(cmd, ready, port_flag="--port"))
+        url = stack.enter_context(
+            server_process(cmd, ready, port_flag="--port", cwd=cwds.get(label))
+        )
         if url:
             urls[label] = url
     return urls
+
+
+def _archive(stack: contextlib.ExitStack, commit: str) -> Path:
+    """The tree of `commit`, unpacked in a temporary folder for the block's life."""
+    into = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    tree = subprocess.run(
+        ["git", "archive", commit], cwd=DOCS.parent, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tree, check=True)
+    return into
 
 
 def med(values: list[float]) -> float:

@@ -161,6 +161,22 @@ def _converted(row, converters) -> tuple:
     return tuple(values)
 
 
+def user_by_id(*, user_id):
+    """User.objects.get(pk=user_id) (None when there is none) as one plain SELECT (_rows),
+    built with Model.from_db as the ORM builds it: every request reads its user."""
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    fields = model._meta.concrete_fields
+    key = model._meta.pk.get_db_prep_value(user_id, connection)
+    rows = _rows(
+        model, [f.name for f in fields], f"{_column(model, model._meta.pk.name)} = %s", [key]
+    )
+    if not rows:
+        return None
+    return model.from_db(connection.alias, [f.attname for f in fields], rows[0])
+
+
 def messages_by_id(ids) -> list[Message]:
     found = Message.objects.select_related("feedback").in_bulk(ids)
     return [found[i] for i in ids if i in found]

@@ -190,7 +190,7 @@ class Prefiller:
         are paced); the prompts it completed once it went through them all, else None."""
         if self.stages is None:
             return self._run(staged.work, staged.budget)
-        budget = self.pace.budget()
+        budget = self.pace.units_in_step()
         paced = self.pace.tokens > 0 and self.pace.seconds > 0
         layers = self.stages.layers_within(staged, budget) if paced else len(self.stages.layers)
         start = time.perf_counter()

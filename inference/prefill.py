@@ -298,6 +298,14 @@ class StepPace:
         learnt = min(max(self.seconds / self.per_unit, MIN_BUDGET), self.tokens * MAX_GROWTH)
         return max(learnt, floor)
 
+    def units_in_step(self) -> float:
+        """The cost units that fit in the step time as learnt, without the budget's bounds
+        (a chunk in stages is cut by layers, however few units that leaves); the token
+        budget until a step is measured."""
+        if self.tokens <= 0 or self.seconds <= 0 or self.per_unit <= 0:
+            return float(self.tokens)
+        return self.seconds / self.per_unit
+
     def record(self, cost: float, seconds: float, budget: float) -> None:
         """A step of `cost` units took `seconds`; steps well under the budget are not learnt
         from (a short prompt's step is mostly the fixed cost of a pass over the weights)."""

@@ -246,3 +246,17 @@ def test_int4_fuses_qkv_and_gate_up_of_each_layer() -> None:
     assert layer.self_attn.qkv_int4.sizes == [64, 32, 32]
     assert isinstance(layer.mlp.gate_up_int4, FusedInt4)
     assert layer.mlp.gate_up_int4.sizes == [128, 128]
+
+
+def test_a_prefills_lm_head_multiplies_its_16_rows_in_one_call(monkeypatch) -> None:
+    """A prefill asks the LM head for 16 rows (prefill.MIN_ROWS); padded to a whole tile of
+    TILE rows they cost 8x as much (bfloat16 without AMX)."""
+    head = Int8Linear(torch.randn(4096, 576, dtype=torch.bfloat16))
+    calls: list[int] = []
+    linear = quant.F.linear
+    monkeypatch.setattr(
+        quant.F, "linear", lambda x, w, b=None: calls.append(x.shape[0]) or linear(x, w, b)
+    )
+    with quant.dense_only():
+        head(torch.randn(1, 16, 576, dtype=torch.bfloat16))
+    assert calls == [16]

@@ -6,6 +6,9 @@
 - A listen backlog of 2048 (daphne's default is Twisted's 50): a burst of new pages (a
   reconnect storm after a restart) otherwise finds its connections refused before the
   process even sees them.
+- Twisted's own parsing of POST bodies off: it parsed every POST's Content-Type through the
+  `email` package (and form bodies into request.args), which daphne never reads; Django
+  parses the body it is handed itself.
 - The open-file limit raised to what the system allows (up to 65,536): every open event
   stream is an open file, and the site admits streams up to half of this limit.
 
@@ -32,6 +35,21 @@ def use_uvloop() -> bool:
     return True
 
 
+def skip_twisted_form_parsing() -> None:
+    """Every request daphne makes is built without Twisted's POST form parsing."""
+    from daphne.http_protocol import WebRequest
+
+    init = WebRequest.__init__
+    if getattr(init, "skips_form_parsing", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **{"parsePOSTFormSubmission": False, **kwargs})
+
+    __init__.skips_form_parsing = True
+    WebRequest.__init__ = __init__
+
+
 def raise_open_file_limit(ceiling: int = 65536) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = ceiling if hard == resource.RLIM_INFINITY else min(hard, ceiling)
@@ -47,6 +65,7 @@ def daphne_args(host: str, port: int) -> list[str]:
 def main(argv: list[str]) -> None:
     use_uvloop()
     raise_open_file_limit()
+    skip_twisted_form_parsing()
     from daphne.cli import CommandLineInterface
 
     host = os.environ.get("SITE_HOST", "127.0.0.1")

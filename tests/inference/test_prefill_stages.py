@@ -105,3 +105,13 @@ def test_only_llama_shaped_models_are_staged() -> None:
     gemma = SimpleNamespace(config=SimpleNamespace(model_type="gemma"), base_model_prefix="model")
     gemma.model = base
     assert supports(llama) and not supports(gemma)
+
+
+def test_a_chunks_layers_are_shared_evenly_by_its_stages(loaded_model: Any) -> None:
+    stages = Prefiller(loaded_model.model, 0, 0).stages
+    staged = SimpleNamespace(cost=300.0, layer=0)
+    layers = len(stages.layers)
+    assert stages.layers_within(staged, 300.0) == layers  # fits: one stage
+    assert stages.layers_within(staged, 180.0) == math.ceil(layers / 2)  # 15 and 15, not 18
+    staged.layer = layers - 3
+    assert stages.layers_within(staged, 1.0) == 1  # never less than a layer

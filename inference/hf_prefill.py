@@ -192,12 +192,16 @@ class Prefiller:
             return self._run(staged.work, staged.budget)
         budget = self.pace.units_in_step()
         paced = self.pace.tokens > 0 and self.pace.seconds > 0
-        layers = self.stages.layers_within(staged, budget) if paced else len(self.stages.layers)
+        total = len(self.stages.layers)
+        layers = self.stages.layers_within(staged, budget) if paced else total
+        head_only = staged.layer == total
+        # a chunk in several stages takes its LM head in a stage of its own
+        apart = layers < total
         start = time.perf_counter()
         with quant.dense_only():
-            last = self.stages.run(staged, layers)
-        seconds = time.perf_counter() - start
-        self.pace.record(self.stages.share(staged, layers), seconds, budget)
+            last = self.stages.run(staged, layers, head_apart=apart)
+        if not head_only:  # the head is not in the cost model: its time teaches nothing
+            self.pace.record(self.stages.share(staged, layers), time.perf_counter() - start, budget)
         return self._finish(staged) if last else None
 
     @torch.inference_mode()

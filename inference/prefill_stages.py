@@ -73,18 +73,25 @@ class StagedForward:
         return Staged(kwargs=kwargs, hidden=hidden, **chunk)
 
     @torch.inference_mode()
-    def run(self, staged: Staged, layers: int) -> bool:
-        """The next `layers` layers (at least one); whether the chunk went through them all.
-        The last stage also applies the final norm and, when logits are wanted, the LM head."""
+    def run(self, staged: Staged, layers: int, head_apart: bool = False) -> bool:
+        """The next `layers` layers (at least one); whether the chunk is through. The last
+        stage also applies the final norm and, when logits are wanted, the LM head, or with
+        `head_apart` leaves those to a stage of their own (the head is not in the cost
+        model, and without AVX-512 it took as long as a few layers: 47 ms)."""
+        if staged.layer == len(self.layers):  # the layers are done: the head's own stage
+            return self._head(staged)
         end = min(len(self.layers), staged.layer + max(1, layers))
         hidden = staged.hidden
         for layer in self.layers[staged.layer : end]:
             hidden = layer(hidden, **staged.kwargs)
         staged.hidden, staged.layer = hidden, end
-        if end < len(self.layers):
+        if end < len(self.layers) or (head_apart and staged.keep is not None):
             return False
+        return self._head(staged)
+
+    def _head(self, staged: Staged) -> bool:
         if staged.keep is not None:
-            staged.logits = self.model.lm_head(self.norm(hidden)[:, staged.keep])
+            staged.logits = self.model.lm_head(self.norm(staged.hidden)[:, staged.keep])
         return True
 
     def layers_within(self, staged: Staged, budget: float) -> int:

@@ -57,7 +57,8 @@ def test_a_chunk_in_stages_has_the_bits_of_the_models_own_forward(
     # unpaced (no chunks) a chunk goes through every layer at once: pace it to stage it
     staged.pace.tokens, staged.pace.seconds = 10**6, 1.0
     steps, kv2, logits2 = _prefill(staged, prompt)
-    assert steps == math.ceil(loaded_model.model.config.num_hidden_layers / layers_per_stage)
+    layers = loaded_model.model.config.num_hidden_layers
+    assert steps == math.ceil(layers / layers_per_stage) + 1  # the LM head in a stage of its own
     assert torch.equal(kv2, kv) and torch.equal(logits2, logits)
 
 
@@ -71,9 +72,9 @@ def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(
     seq, ran = _Seq(prompt), []
     original = prefiller.stages.run
 
-    def run(staged: Any, n: int) -> bool:
+    def run(staged: Any, n: int, **kwargs: Any) -> bool:
         ran.append(min(n, layers - staged.layer))
-        return original(staged, n)
+        return original(staged, n, **kwargs)
 
     prefiller.stages.run = run  # type: ignore[method-assign]
     while not (done := prefiller.step([seq])):
@@ -115,3 +116,23 @@ def test_a_chunks_layers_are_shared_evenly_by_its_stages(loaded_model: Any) -> N
     assert stages.layers_within(staged, 180.0) == math.ceil(layers / 2)  # 15 and 15, not 18
     staged.layer = layers - 3
     assert stages.layers_within(staged, 1.0) == 1  # never less than a layer
+
+
+def test_a_prompts_last_chunk_in_stages_takes_its_lm_head_in_a_stage_of_its_own(
+    loaded_model: Any,
+) -> None:
+    prompt = _prompt(loaded_model, 0, chars=300)
+    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.064), 0.001)
+    calls: list[str] = []
+    hooks = [
+        loaded_model.model.lm_head.register_forward_hook(lambda *_: calls.append("head")),
+        prefiller.stages.layers[-1].register_forward_hook(lambda *_: calls.append("last layer")),
+    ]
+    seq, steps = _Seq(prompt), [calls]
+    try:
+        while not prefiller.step([seq]):
+            steps.append(calls := [])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(steps) > 2 and steps[-2:] == [["last layer"], ["head"]]

@@ -236,3 +236,15 @@ def test_the_chunk_cost_model_counts_each_weight_once(loaded_model: Any) -> None
     from inference.prefill import layer_flops_ratio
 
     assert layer_flops_ratio(loaded_model.model) == pytest.approx(3072, rel=0.01)
+
+
+def test_a_prompts_blocks_enter_the_cache_as_each_chunk_completes(loaded_model: Any) -> None:
+    """Not all at its end: copying a long prompt's KV there held the running streams."""
+    prompt = encode_chat(loaded_model.tokenizer, [Message("user", DOC[:2000])])
+    prefiller = Prefiller(loaded_model.model, 128, 64 * 2**20)
+    seq, cached = _Seq(prompt), []
+    while not prefiller.step([seq]):
+        cached.append(prefiller.stats.inserted_blocks)
+        assert cached[-1] == prefiller.jobs[id(seq)].done // BLOCK  # every whole block so far
+    assert len(cached) >= 3 and cached == sorted(set(cached))
+    assert prefiller.stats.inserted_blocks == len(prompt) // BLOCK

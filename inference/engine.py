@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import threading
 import time
@@ -145,6 +146,11 @@ class Engine:
             self.scheduler = Scheduler(backend, self.settings.max_batch, self.settings.max_queue)
             self.scheduler.start(asyncio.get_running_loop())
             await self._warm_up()
+            # What is loaded now lives as long as the process (the model's modules, the
+            # tokenizer): out of the cyclic collector's scans, whose full pass over it took
+            # 164 ms (375,000 objects) and stopped every stream at random while it ran
+            gc.collect()  # no garbage is frozen with it
+            gc.freeze()
             self._ready.set()
             log.info("engine ready: %s", self.model_name)
         except Exception as exc:  # noqa: BLE001 - surfaced by /ready and the logs

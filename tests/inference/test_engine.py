@@ -97,6 +97,20 @@ async def test_ready_after_start_and_counts_drop_to_zero(make_engine: Any) -> No
         assert engine.running == 0
 
 
+async def test_what_is_loaded_is_left_out_of_the_cyclic_collectors_scans(
+    make_engine: Any,
+) -> None:
+    import gc
+
+    gc.unfreeze()
+    try:
+        async with make_engine() as engine:
+            assert engine.ready and gc.get_freeze_count() > 0
+            assert not any(o is engine for o in gc.get_objects())  # frozen: not scanned
+    finally:
+        gc.unfreeze()
+
+
 async def test_context_length_exceeded(make_engine: Any) -> None:
     async with make_engine(context_length=40) as engine:
         with pytest.raises(ContextLengthExceeded):

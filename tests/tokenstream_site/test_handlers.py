@@ -107,3 +107,12 @@ def test_a_streamed_response_is_sent_whole(handler):
     status, body = asyncio.run(get())
     assert status == 200
     assert body == (Path(settings.BASE_DIR) / "static" / "chat" / "app.js").read_bytes()
+
+
+def test_the_loaded_site_is_left_out_of_the_cyclic_collectors_scans():
+    import subprocess
+    import sys
+
+    code = "import gc, tokenstream_site.asgi; print(gc.get_freeze_count())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout.split()[-1]) > 50_000

@@ -80,11 +80,20 @@ class Prefiller:
             self.staged = None  # every prompt of it was cancelled
         if self.staged is None:
             budget = self.pace.budget(tile_cost(jobs, self.ratio))
-            self.staged = self._begin(plan_chunk(jobs, budget, self.ratio), budget)
+            work = plan_chunk(jobs, budget, self.ratio)
+            if self.stages is None:  # not a model it can stage: the chunk in one pass
+                return self._completed(work, self._run(work, budget))
+            self.staged = self._begin(work)
         done = self._stage(self.staged)
         if done is None:
             return {}
         work, self.staged = self.staged.work, None
+        return self._completed(work, done)
+
+    def _completed(
+        self, work: list[tuple[PrefillJob, int]], done: dict[PrefillJob, torch.Tensor]
+    ) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
+        """A chunk went through: its prompts that are still wanted and complete, by id(seq)."""
         done = {job: logits for job, logits in done.items() if self._live(job)}
         for job in done:
             del self.jobs[id(job.seq)]
@@ -179,21 +188,16 @@ class Prefiller:
         self.pace.record(cost, time.perf_counter() - start, budget)
         return done
 
-    def _begin(self, work: list[tuple[PrefillJob, int]], budget: float = 0.0) -> Staged:
-        """A chunk ready for its first stage, planned on `budget`."""
-        if self.stages is None:  # run in one pass when its step comes
-            return Staged(work, [], None, {}, torch.empty(0), 0.0, budget=budget)
+    def _begin(self, work: list[tuple[PrefillJob, int]]) -> Staged:
+        """A chunk embedded, ready for its first stage."""
         inputs, ending, keep = self._inputs(work)
-        chunk = {"work": work, "ending": ending, "keep": keep, "budget": budget}
-        chunk["cost"] = chunk_cost(work, self.ratio)
+        chunk = {"work": work, "ending": ending, "keep": keep}
         with quant.dense_only():
-            return self.stages.begin(inputs, **chunk)
+            return self.stages.begin(inputs, cost=chunk_cost(work, self.ratio), **chunk)
 
     def _stage(self, staged: Staged) -> dict[PrefillJob, torch.Tensor] | None:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
         are paced); the prompts it completed once it went through them all, else None."""
-        if self.stages is None:
-            return self._run(staged.work, staged.budget)
         budget = self.pace.units_in_step()
         paced = self.pace.tokens > 0 and self.pace.seconds > 0
         total = len(self.stages.layers)

@@ -45,7 +45,6 @@ class Staged:
     hidden: torch.Tensor
     cost: float  # the whole chunk's cost in the prefill cost model's units
     layer: int = 0
-    budget: float = 0.0  # the budget its step planned it on
     logits: torch.Tensor | None = field(default=None, repr=False)
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from inference import quant
+from inference import narrow, quant
 from inference.attention import handles as one_query_handles
 from inference.attention import one_query
 from inference.attention import pays as attention_pays
@@ -103,11 +103,90 @@ class PrefillPlan:
         self, kv: torch.Tensor, q: torch.Tensor, j: int, lo: int, scale: float
     ) -> torch.Tensor:
         """Queries q [H, n, D] at positions [lo, lo + n) of key block j -> [H, n, D]."""
-        heads, n, dim = q.shape
-        group = heads // self.kv_heads
         s = j * ATTN_BLOCK
         dtype = self.dtype or q.dtype
         q = q.to(dtype)
+        # only the keys this block's queries can see, converted once for every call below
+        keys = kv[0][None, :, : s + ATTN_BLOCK].to(dtype)
+        values = kv[1][None, :, : s + ATTN_BLOCK].to(dtype)
+        parts = [
+            self._tiles(q[:, a - lo : b - lo], keys, values, j, a, scale, rows)
+            for a, b, rows in self._segments(q, keys, j, lo)
+        ]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+    def _segments(
+        self, q: torch.Tensor, keys: torch.Tensor, j: int, lo: int
+    ) -> list[tuple[int, int, tuple[int, int] | None]]:
+        """[lo, lo + n) as (start, end, rows): the tiles it covers whole in one piece (rows
+        None), and a tile it covers in part alone, with the rows of it that call may take
+        (inference/narrow.py) where they are fewer than the tile's."""
+        n, s = q.shape[1], j * ATTN_BLOCK
+        hi = lo + n
+        if (lo - s) % TILE == 0 and n % TILE == 0:
+            return [(lo, hi, None)]
+        widths = self._widths(q, keys, j)
+        if not widths:
+            return [(lo, hi, None)]
+        edges = sorted({lo, hi, *range(lo - (lo - s) % TILE + TILE, hi, TILE)})
+        out: list[tuple[int, int, tuple[int, int] | None]] = []
+        for a, b in zip(edges, edges[1:], strict=False):
+            r0 = (a - s) % TILE // narrow.STEP * narrow.STEP
+            r1 = -(-((b - s - 1) % TILE + 1) // narrow.STEP) * narrow.STEP
+            width = next((w for w in widths if w >= r1 - r0), None)
+            rows = None if width is None else (min(r0, TILE - width), min(r0, TILE - width) + width)
+            if rows is None and out and out[-1][2] is None:
+                out[-1] = (out[-1][0], b, None)  # whole tiles together, one call
+            else:
+                out.append((a, b, rows))
+        return out
+
+    def _widths(self, q: torch.Tensor, keys: torch.Tensor, j: int) -> tuple[int, ...]:
+        """Row widths below a tile that both of block j's calls give the same bits at."""
+        group = q.shape[0] // self.kv_heads
+        own = self._probe_widths(group, q.shape[2], ATTN_BLOCK, True, q)
+        if not own or j == 0:
+            return own
+        past = self._probe_widths(group, q.shape[2], j * ATTN_BLOCK, False, q)
+        return tuple(w for w in own if w in past)
+
+    def _probe_widths(
+        self, group: int, dim: int, keys: int, masked: bool, like: torch.Tensor
+    ) -> tuple[int, ...]:
+        if like.device.type != "cpu":
+            return ()
+
+        def prober() -> Any:
+            gen = torch.Generator().manual_seed(0)
+            q, k, v = (
+                torch.randn((1, self.kv_heads, rows, dim), generator=gen).to(like.dtype)
+                for rows in (group * TILE, keys, keys)
+            )
+            mask = self._tile_mask(group, like.dtype, like.device)[:1] if masked else None
+
+            def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
+                out, lse = _attend_rows(q, k, v, mask, 0.125, (r0, r1), group, scatter=False)
+                return out.movedim(3, 0), lse.movedim(3, 0)
+
+            return call
+
+        key = (TILE, self.kv_heads, group, dim, keys, masked, like.dtype)
+        return narrow.attention_widths(key, prober)
+
+    def _tiles(
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        j: int,
+        lo: int,
+        scale: float,
+        rows: tuple[int, int] | None,
+    ) -> torch.Tensor:
+        """_block's work for the queries q [H, n, D] at [lo, lo + n), in whole tiles."""
+        heads, n, dim = q.shape
+        group = heads // self.kv_heads
+        s = j * ATTN_BLOCK
         first, last = (lo - s) // TILE, (lo + n - 1 - s) // TILE + 1
         at = lo - s - first * TILE
         if at or n % TILE:
@@ -119,21 +198,20 @@ class PrefillPlan:
         # same shape whatever the piece, and a query always the same row in it
         tiles = tiles.reshape(self.kv_heads, group, -1, TILE, dim).permute(2, 0, 1, 3, 4)
         tiles = tiles.reshape(-1, self.kv_heads, group * TILE, dim)
-        # only the keys this block's queries can see, converted once for both calls below
-        keys = kv[0][None, :, : s + ATTN_BLOCK].to(dtype)
-        values = kv[1][None, :, : s + ATTN_BLOCK].to(dtype)
         nt = tiles.shape[0]
         mask = self._tile_mask(group, q.dtype, q.device)[first:last]
-        own, own_lse = _attend(
+        own, own_lse = _attend_rows(
             tiles,
             _tiled(keys, s, s + ATTN_BLOCK, nt),
             _tiled(values, s, s + ATTN_BLOCK, nt),
             mask,
             scale,
+            rows,
+            group,
         )
         if j > 0:
-            past, past_lse = _attend(
-                tiles, _tiled(keys, 0, s, nt), _tiled(values, 0, s, nt), None, scale
+            past, past_lse = _attend_rows(
+                tiles, _tiled(keys, 0, s, nt), _tiled(values, 0, s, nt), None, scale, rows, group
             )
             own = _merge(past, past_lse, own, own_lse, first)
         own = (
@@ -158,6 +236,39 @@ class PrefillPlan:
 
 def _tiled(t: torch.Tensor, start: int, end: int, tiles: int) -> torch.Tensor:
     return t[:, :, start:end].expand(tiles, -1, -1, -1)
+
+
+def _attend_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    rows: tuple[int, int] | None,
+    group: int,
+    scatter: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """_attend on tiles [b, kv_heads, group * TILE, D], or on their rows [r0, r1) of each tile
+    alone, put back in place among zeros (scatter) or returned as [b, kv_heads, group, r1 - r0, D]
+    and [b, kv_heads, group, r1 - r0]."""
+    if rows is None:
+        return _attend(q, k, v, mask, scale)
+    r0, r1 = rows
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        b, h, _, d = t.shape
+        return t.reshape(b, h, group, TILE, d)[:, :, :, r0:r1].reshape(b, h, -1, d)
+
+    out, lse = _attend(cut(q), k, v, None if mask is None else cut(mask), scale)
+    b, h, _, d = q.shape
+    out, lse = out.reshape(b, h, group, r1 - r0, d), lse.reshape(b, h, group, r1 - r0)
+    if not scatter:
+        return out, lse
+    full_out = out.new_zeros((b, h, group, TILE, d))
+    full_lse = lse.new_zeros((b, h, group, TILE))
+    full_out[:, :, :, r0:r1] = out
+    full_lse[:, :, :, r0:r1] = lse
+    return full_out.reshape(q.shape), full_lse.reshape(q.shape[:-1])
 
 
 def _attend(

@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from inference import narrow
+
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
 FEW_ROWS = 8
@@ -166,15 +168,18 @@ def invariant_linear(
     Sapphire Rapids and later) the kernels for different counts sum in different orders: a
     prompt's KV, and so a greedy reply, would change with the chunk size, the prompts packed
     beside it and the cached prefix. Calls of exactly TILE rows (the last one zero padded)
-    always take the same kernel, which is as fast for hundreds of rows."""
+    always take the same kernel, which is as fast for hundreds of rows. The rows past the
+    last whole tile go in a smaller call where this CPU was seen to give them the same bits
+    (inference/narrow.py): a next turn's few new tokens need not pay for a whole tile."""
     flat = x.reshape(-1, x.shape[-1])
     rows = flat.shape[0]
-    if rows % tile:
-        flat = torch.cat([flat, flat.new_zeros((tile - rows % tile, flat.shape[1]))])
-    out = torch.cat(
-        [F.linear(flat[i : i + tile], weight, bias) for i in range(0, flat.shape[0], tile)]
-    )
-    return out[:rows].reshape(*x.shape[:-1], weight.shape[0])
+    whole = rows - rows % tile
+    out = [F.linear(flat[i : i + tile], weight, bias) for i in range(0, whole, tile)]
+    if rows > whole:
+        width = narrow.linear_rows(rows - whole, weight, bias, tile)
+        last = torch.cat([flat[whole:], flat.new_zeros((whole + width - rows, flat.shape[1]))])
+        out.append(F.linear(last, weight, bias)[: rows - whole])
+    return torch.cat(out).reshape(*x.shape[:-1], weight.shape[0])
 
 
 def _many_rows(

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from inference import narrow, prefill
 from inference.prefill import (
     ALIGN,
     ATTN_BLOCK,
@@ -93,6 +94,27 @@ def test_attention_bits_do_not_depend_on_the_pieces(qkv: Any, seed: int) -> None
     parts, parts_job = run_pieces(q, k, v, split(q.shape[2], random.Random(seed)))
     assert torch.equal(parts, whole)
     assert torch.equal(parts_job.kv, whole_job.kv)
+
+
+def test_a_few_queries_attend_in_their_own_rows_not_their_whole_tile(
+    qkv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A next turn's 30 new tokens mid-tile: where the probe allows it (forced here), attention
+    takes their 32 rows of the tile (x3 query heads), not all 64, and puts the results back
+    in place."""
+    q, k, v = qkv
+    sizes = [2 * ATTN_BLOCK + 40, 30, q.shape[2] - 2 * ATTN_BLOCK - 70]
+    monkeypatch.setattr(narrow, "enabled", False)
+    padded, padded_job = run_pieces(q, k, v, sizes)
+    monkeypatch.setattr(narrow, "enabled", True)
+    monkeypatch.setattr(narrow, "attention_widths", lambda key, prober: (16, 32, 48))
+    rows: list[int] = []
+    attend = prefill._attend
+    monkeypatch.setattr(prefill, "_attend", lambda q, *a: rows.append(q.shape[2]) or attend(q, *a))
+    out, out_job = run_pieces(q, k, v, sizes)
+    assert 3 * 32 in rows and 3 * prefill.TILE in rows
+    assert torch.allclose(out.float(), padded.float(), atol=1e-2)
+    assert torch.allclose(out_job.kv.float(), padded_job.kv.float())
 
 
 def test_chunk_budget_is_shared_shortest_first() -> None:

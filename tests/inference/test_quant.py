@@ -58,6 +58,23 @@ def test_a_prefill_rows_bits_do_not_depend_on_the_rows_beside_it() -> None:
                 assert torch.equal(part, whole[start : start + n]), (layer, start, n)
 
 
+def test_a_prefills_rows_past_its_last_whole_tile_take_the_width_the_probe_allows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    layer = quant.tile_prefill(torch.nn.Sequential(torch.nn.Linear(576, 256))).to(torch.bfloat16)
+    x = torch.randn(TILE + 37, 576, dtype=torch.bfloat16)
+    monkeypatch.setattr(quant.narrow, "linear_rows", lambda rows, w, b, tile: 48)
+    calls: list[int] = []
+    linear = quant.F.linear
+    monkeypatch.setattr(
+        quant.F, "linear", lambda x, w, b=None: calls.append(x.shape[0]) or linear(x, w, b)
+    )
+    with quant.dense_only():
+        out = layer(x)
+    assert calls == [TILE, 48]
+    assert torch.allclose(out.float(), linear(x, layer[0].weight, layer[0].bias).float(), atol=1e-2)
+
+
 def test_float32_dense_weights_keep_a_prefill_rows_bits_and_its_dtype() -> None:
     torch.manual_seed(3)
     layer = Int4Linear(torch.nn.Linear(576, 1536, bias=True))

@@ -1,0 +1,89 @@
+"""The probe that lets a prefill's small pieces skip their tiles' zero padding: a narrower
+call is kept only where it gave every row exactly the bits of the whole tile, and was faster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from inference import narrow
+
+
+@pytest.fixture(autouse=True)
+def empty_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(narrow, "_linear", {})
+    monkeypatch.setattr(narrow, "_attention", {})
+
+
+def tile_call(tile: int, drift: dict[int, float], per_row_s: float = 2e-5):
+    """A fake kernel over `tile` rows: a call of w rows is off by drift.get(w, 0) (another
+    summation order) and takes per_row_s a row."""
+    base = torch.randn(tile, 8, generator=torch.Generator().manual_seed(1))
+    calls: list[tuple[int, int]] = []
+
+    def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
+        calls.append((r0, r1))
+        time.sleep(per_row_s * (r1 - r0))
+        return (base[r0:r1] + drift.get(r1 - r0, 0.0),)
+
+    return call, calls
+
+
+def test_a_width_is_kept_only_where_every_row_keeps_its_bits() -> None:
+    call, calls = tile_call(64, {32: 1e-3})
+    assert narrow.attention_widths((64, "shape"), lambda: call) == (16, 48)
+    # every start at a multiple of 16 was tried for each width
+    assert {(0, 16), (16, 32), (32, 48), (48, 64), (0, 48), (16, 64)} <= set(calls)
+
+
+def test_a_width_slower_than_the_whole_tile_is_not_kept() -> None:
+    base = torch.zeros(64, 8)
+
+    def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
+        time.sleep(0.004 if r1 - r0 < 64 else 0.001)  # narrow rows took a slower path
+        return (base[r0:r1],)
+
+    assert narrow.attention_widths((64, "slow"), lambda: call) == ()
+
+
+def test_each_shape_is_probed_once() -> None:
+    made: list[int] = []
+
+    def prober():
+        made.append(1)
+        return tile_call(64, {})[0]
+
+    for _ in range(3):
+        narrow.attention_widths((64, "once"), prober)
+    assert made == [1]
+
+
+def test_turned_off_nothing_is_narrowed_or_probed() -> None:
+    narrow.enabled = False
+    try:
+        assert narrow.attention_widths((64, "off"), lambda: pytest.fail("probed")) == ()
+        assert narrow.linear_rows(5, torch.randn(16, 32), None, 128) == 128
+    finally:
+        narrow.enabled = True
+
+
+def test_a_linear_kernel_whose_sums_follow_the_row_count_keeps_whole_tiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(
+        narrow.F, "linear", lambda x, w, b=None: linear(x, w, b) + (x.shape[0] != 128) * 1e-3
+    )
+    assert narrow.linear_rows(20, torch.randn(256, 576), None, 128) == 128
+
+
+def test_the_last_rows_of_a_linear_get_the_narrowest_width_that_holds_them() -> None:
+    weight = torch.randn(1536, 576, dtype=torch.bfloat16)
+    narrow.linear_rows(1, weight, None, 128)
+    [widths] = narrow._linear.values()  # whatever this CPU allows, each checked bit for bit
+    assert all(w % narrow.STEP == 0 and w < 128 for w in widths)
+    for rows in (1, 16, 17, 100):
+        expect = next((w for w in widths if w >= rows), 128)
+        assert narrow.linear_rows(rows, weight, None, 128) == expect

@@ -13,7 +13,7 @@ and 1 row, this 0.72 (it copies the keys to float32). So `pays()` times both onc
 first decode step, and the faster one serves every decode step of the process.
 
 Every decode path calls it (inference/decode_step.py, and transformers' forward through
-prefill.attention), so they stay bit for bit the same as each other.
+prefill_attention.attention), so they stay bit for bit the same as each other.
 """
 
 from __future__ import annotations

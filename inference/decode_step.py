@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from inference import prefill, quant
+from inference import prefill_attention, quant
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -96,8 +96,10 @@ class DecodeStep:
         self.kv_heads = self.config.num_key_value_heads
         self.head_dim = self.layers[0].attn.head_dim
         self._mask = create_causal_mask
-        prefill.register()  # so the model's own forward attends as this step does
-        self._attend = prefill.attention  # what transformers' forward calls (its sdpa slot)
+        prefill_attention.register()  # so the model's own forward attends as this step does
+        self._attend = (
+            prefill_attention.attention
+        )  # what transformers' forward calls (its sdpa slot)
 
     def handles(self, batch: int) -> bool:
         """Outside dense_only() (a prefill), any batch."""

@@ -11,7 +11,7 @@ computes and caches it, and the background job is dropped. The reply's own KV,
 from the decode steps, is not reused, because it came from other kernels (the 4-bit weights,
 one query per call): a next turn built on it would answer differently than from scratch.
 
-Every path computes a token's KV with the same bits (inference/prefill.py), so greedy replies
+Every path computes a token's KV with the same bits (inference/prefill_attention.py), so greedy replies
 are the same with the cache cold, warm or off, chunked or not.
 """
 
@@ -25,18 +25,16 @@ import torch
 
 from inference import prefill_stages, quant
 from inference.prefill import (
-    ATTN_BLOCK,
     MIN_ROWS,
     Piece,
     PrefillJob,
-    PrefillPlan,
     StepPace,
     chunk_cost,
     layer_flops_ratio,
     plan_chunk,
-    register,
     tile_cost,
 )
+from inference.prefill_attention import ATTN_BLOCK, PrefillPlan, register
 from inference.prefill_stages import Staged, StagedForward
 from inference.prefix_cache import BLOCK, CacheStats, PrefixCache
 

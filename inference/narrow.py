@@ -1,7 +1,7 @@
 """Fewer padded rows for a prefill's small pieces, where this CPU gives them the same bits.
 
 A prefill's rows go through the linear layers in calls of quant.TILE (128) rows and through
-attention in tiles of prefill.TILE (64) query positions, zero padded, because a kernel may
+attention in tiles of prefill_attention.TILE (64) query positions, zero padded, because a kernel may
 sum in another order for another row count (oneDNN's bfloat16 kernels on AMX do), and a
 prompt's KV must not depend on how it was chunked. A next turn's ~30 new tokens then pay 4x
 their rows in every linear layer and 2x in attention, deep in a long conversation.

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from inference import attention, prefill
+from inference import attention, prefill_attention
 from inference.attention import handles, one_query
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
@@ -82,9 +82,9 @@ def test_the_registered_attention_sends_a_decode_step_to_the_faster_one(
     q, k, v = _qkv(3, 50)
     module = torch.nn.Module()
     module.num_key_value_groups, module.layer_idx = HEADS // KV_HEADS, 0
-    out, _ = prefill.attention(module, q, k, v, None, dropout=0.0, scaling=0.125)
+    out, _ = prefill_attention.attention(module, q, k, v, None, dropout=0.0, scaling=0.125)
     ours = one_query(q, k, v, None, 0.125)
-    theirs, _ = prefill._sdpa(module, q, k, v, None, dropout=0.0, scaling=0.125)
+    theirs, _ = prefill_attention._sdpa(module, q, k, v, None, dropout=0.0, scaling=0.125)
     assert not torch.equal(ours, theirs)  # else this test could not tell them apart
     assert torch.equal(out, ours if faster else theirs)
 

@@ -77,7 +77,7 @@ class Prefiller:
         if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
             self.staged = None  # every prompt of it was cancelled
         if self.staged is None:
-            budget = self._chunk_budget(jobs)
+            budget = self.pace.budget(tile_cost(jobs, self.ratio))
             work = plan_chunk(jobs, budget, self.ratio)
             if self.stages is None:  # not a model it can stage: the chunk in one pass
                 return self._completed(work, self._run(work, budget))
@@ -87,19 +87,6 @@ class Prefiller:
             return {}
         work, self.staged = self.staged.work, None
         return self._completed(work, done)
-
-    def _chunk_budget(self, jobs: list[PrefillJob]) -> float:
-        """The next chunk's budget: the step's, or where a tile is over it and the chunk goes
-        in stages, the few tiles whose stages best fill the steps."""
-        tile = tile_cost(jobs, self.ratio)
-        budget = self.pace.budget(tile)
-        units = self.pace.units_in_step()
-        if self.stages is None or not self._paced() or self.pace.per_unit <= 0 or tile <= units:
-            return budget  # one pass, or no step timed yet, or a tile fits
-        return max(budget, self.stages.tiles_to_stage(tile, units) * tile)
-
-    def _paced(self) -> bool:
-        return self.pace.tokens > 0 and self.pace.seconds > 0
 
     def _completed(
         self, work: list[tuple[PrefillJob, int]], done: dict[PrefillJob, torch.Tensor]
@@ -210,8 +197,9 @@ class Prefiller:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
         are paced); the prompts it completed once it went through them all, else None."""
         budget = self.pace.units_in_step()
+        paced = self.pace.tokens > 0 and self.pace.seconds > 0
         total = len(self.stages.layers)
-        layers = self.stages.layers_within(staged, budget) if self._paced() else total
+        layers = self.stages.layers_within(staged, budget) if paced else total
         head_only = staged.layer == total
         # a chunk in several stages takes its LM head in a stage of its own
         apart = layers < total

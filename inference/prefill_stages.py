@@ -22,10 +22,6 @@ from typing import Any
 
 import torch
 
-MAX_STAGES = 4  # the most steps a chunk of several tiles may take
-FULL = 0.9  # stages this full of the step's budget are full enough
-OVER = 0.05  # how far over the budget a stage may be cut (its layers round up)
-
 
 def supports(model: Any) -> bool:
     """A Llama model: its base model's forward is embed, rotary, layers, norm and nothing else."""
@@ -105,30 +101,6 @@ class StagedForward:
         cost = staged.cost * left / len(self.layers)
         stages = math.ceil(cost / budget) if budget > 0 else 1
         return max(1, math.ceil(left / max(1, stages)))
-
-    def tiles_to_stage(self, tile: float, budget: float) -> int:
-        """How many tiles of `tile` units a chunk over a step's `budget` units should take.
-
-        One tile just over the budget went in two stages of half a step each: every such
-        step still cost a decode step of the running batch, and a 4,000-token paste took 70
-        steps whose median was 0.74 of the step time (in-process, AMD EPYC Zen 4). A chunk of
-        a few tiles cut in stages fills them better; the fewest tiles whose stages come
-        within FULL of the budget, else the fullest, in at most MAX_STAGES stages (a prompt
-        that arrives meanwhile waits for them)."""
-        best, best_fill = 1, self._fill(tile, budget)
-        for k in range(2, MAX_STAGES + 1):
-            if best_fill >= FULL or math.ceil(k * tile / budget) > MAX_STAGES:
-                break
-            fill = self._fill(k * tile, budget)
-            if best_fill < fill <= 1 + OVER:
-                best, best_fill = k, fill
-        return best
-
-    def _fill(self, cost: float, budget: float) -> float:
-        """A stage's share of `budget` for a chunk of `cost` cut as layers_within cuts it."""
-        n = len(self.layers)
-        per = math.ceil(n / max(1, math.ceil(cost / budget)))
-        return cost * per / n / budget
 
     def share(self, staged: Staged, layers: int) -> float:
         """The cost of `layers` of the chunk's layers."""

@@ -118,47 +118,6 @@ def test_a_chunks_layers_are_shared_evenly_by_its_stages(loaded_model: Any) -> N
     assert stages.layers_within(staged, 1.0) == 1  # never less than a layer
 
 
-@pytest.mark.parametrize(
-    ("tile", "tiles"),
-    [
-        (1.1, 3),  # 1 tile: 2 stages 0.55 full; 2: 3 stages 0.73; 3: 4 stages 0.88
-        (1.5, 2),  # 2 tiles: 3 stages of exactly a step
-        (1.9, 1),  # 1 tile: 2 stages 0.95 full
-        (5.0, 1),  # one tile already takes more than MAX_STAGES steps
-    ],
-)
-def test_a_chunk_in_stages_takes_the_tiles_that_best_fill_its_steps(
-    loaded_model: Any, tile: float, tiles: int
-) -> None:
-    stages = Prefiller(loaded_model.model, 0, 0).stages
-    assert stages.tiles_to_stage(tile * 100.0, 100.0) == tiles
-
-
-def test_a_deep_prompt_goes_in_chunks_of_the_tiles_that_fill_their_stages(
-    loaded_model: Any,
-) -> None:
-    from inference.prefill import ALIGN, tile_cost
-
-    prompt = _prompt(loaded_model, 0)
-    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.001), 0.001)
-    job = prefiller._start(_Seq(prompt))
-    # a step of one unit less than a tile's cost at the prompt's start: a tile alone would
-    # take two half-empty steps
-    prefiller.pace.seconds = 0.001 * (tile_cost([job], prefiller.ratio) / 1.1)
-    seq = _Seq(prompt)
-    prefiller.jobs[id(seq)] = job
-    job.seq = seq
-    steps = 0
-    while not job.done:
-        assert not prefiller.step([seq])
-        steps += 1
-    assert job.done == 3 * ALIGN and steps == 4  # 3 tiles in 4 stages 0.88 full
-    while not (done := prefiller.step([seq])):
-        pass
-    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
-    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
-
-
 def test_a_prompts_last_chunk_in_stages_takes_its_lm_head_in_a_stage_of_its_own(
     loaded_model: Any,
 ) -> None:

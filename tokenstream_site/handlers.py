@@ -23,6 +23,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, sync_to_async
+from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
@@ -32,22 +33,27 @@ from django.dispatch import receiver
 from django.http import FileResponse
 from django.urls import Resolver404, get_resolver, set_script_prefix
 
-# Sync requests served at once per process; more wait for a thread. Every one holds a
-# database connection while it lives (PostgreSQL's pool allows DATABASE_POOL_SIZE, 20).
-REQUEST_THREADS = 8
-
 _pool_thread = threading.local()
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
 def request_executor() -> ThreadPoolExecutor:
-    """The process's pool of request threads, made at the first sync request."""
+    """The process's pool of request threads (settings.REQUEST_THREADS), made at the first
+    sync request. More requests than threads wait their turn on the loop.
+
+    Few threads, because the relay runs on the event loop's thread and competes with them
+    for the GIL: a thread that wants it back waits for the holder's switch interval (5 ms),
+    and then the GIL may go to any of the waiting threads. During a burst of sends, 8
+    CPU-bound request threads kept the relayed tokens waiting: on PostgreSQL + Redis, 200
+    streams on one process had a p99 of +72 and +107 ms over reading the inference server
+    directly with 8 threads, +16 and +11 ms with 2, and the sends' first tokens came no later
+    (bench/README.md, issue 18's sixth round)."""
     global _executor
     with _executor_lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(
-                max_workers=REQUEST_THREADS,
+                max_workers=settings.REQUEST_THREADS,
                 thread_name_prefix="django-request",
                 initializer=_mark_pool_thread,
             )

@@ -180,6 +180,9 @@ EVENTSTREAM_CHANNELMANAGER_CLASS = "chat.streaming.memory_log.ConversationChanne
 EVENTLOG_MAX_EVENTS_PER_CHANNEL = env_int("EVENTLOG_MAX_EVENTS_PER_CHANNEL", 20000)
 # The in-memory log's bound over all channels; the least recently used go first.
 EVENTLOG_MAX_BYTES = env_int("EVENTLOG_MAX_BYTES", 256 * 1024 * 1024)
+# Sync requests (pages, the site JSON API) served at once per process, each in a thread
+# of a pool that keeps its database connection (tokenstream_site/handlers.py).
+REQUEST_THREADS = max(1, env_int("SITE_REQUEST_THREADS", 2))
 # Open event streams per user and per process (0: half the process's open-file limit).
 EVENTS_MAX_STREAMS_PER_USER = env_int("EVENTS_MAX_STREAMS_PER_USER", 20)
 EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 0)

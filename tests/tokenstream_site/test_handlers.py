@@ -9,7 +9,7 @@ import pytest
 from channels.testing import HttpCommunicator
 from django.conf import settings
 
-from tokenstream_site.handlers import REQUEST_THREADS, SyncViewsInOneThread
+from tokenstream_site.handlers import SyncViewsInOneThread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,10 +76,10 @@ def test_sync_requests_reuse_the_pools_threads_and_their_database_connections(ha
         return response
 
     handler.sync_handler.get_response = spy
-    for _ in range(3 * REQUEST_THREADS):
+    for _ in range(3 * settings.REQUEST_THREADS):
         assert request(handler, "GET", "/api/conversations/")["status"] == 401
     threads = {thread for thread, _ in served}
-    assert len(threads) <= REQUEST_THREADS
+    assert len(threads) <= settings.REQUEST_THREADS
     assert all(thread.name.startswith("django-request") for thread in threads)
     # Each thread kept the connection it opened (the session read opened one).
     for thread in threads:
@@ -116,3 +116,15 @@ def test_the_loaded_site_is_left_out_of_the_cyclic_collectors_scans():
     code = "import gc, tokenstream_site.asgi; print(gc.get_freeze_count())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout.split()[-1]) > 50_000
+
+
+def test_the_request_pool_has_as_many_threads_as_the_setting(monkeypatch, settings):
+    from tokenstream_site import handlers
+
+    monkeypatch.setattr(handlers, "_executor", None)
+    settings.REQUEST_THREADS = 3
+    pool = handlers.request_executor()
+    try:
+        assert pool._max_workers == 3 and handlers.request_executor() is pool
+    finally:
+        pool.shutdown(wait=False)

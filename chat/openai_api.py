@@ -249,6 +249,8 @@ class ReplyFeed:
             if kind == "start":
                 self.model = payload.get("model") or self.model
                 continue
+            if kind == "end":  # a reply that ended before the tap gave no start
+                self.model = payload["fields"].get("model") or self.model
             if kind == "token":
                 self.sent += payload
             return kind, payload

@@ -252,3 +252,24 @@ def test_unknown_v1_paths_and_wrong_methods_answer_in_openais_shape(secret):
     assert (
         client.get("/v1/models/nope", headers=headers).json()["error"]["code"] == "model_not_found"
     )
+
+
+def test_a_reply_that_ended_before_its_reader_tapped_it_answers_with_its_model(user):
+    """Under load the relay can finish a short reply before the view taps it: the reader
+    then gets the end alone, no start, and still names the model that wrote it."""
+    from chat.openai_api import ReplyFeed
+    from tests.support.factories import create_conversation, create_message
+
+    reply = create_message(create_conversation(owner=user), role="assistant", content="")
+    fields = {"status": Message.Status.COMPLETE, "content": "hi", "model": "fake-echo"}
+    relay_manager.ended[reply.id] = (0.0, ("end", {"fields": fields, "kind": None}))
+
+    async def read():
+        feed = ReplyFeed(reply)
+        try:
+            return await feed.next(), feed.call().model
+        finally:
+            feed.close(ended=True)
+
+    (kind, _), model = asyncio.run(read())
+    assert kind == "end" and model == "fake-echo"

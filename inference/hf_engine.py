@@ -94,10 +94,11 @@ class TransformersBackend:
             g.mask = torch.cat([g.mask, g.mask.new_ones((len(g.rows), 1))], dim=1)
         pos = torch.cat([g.pos for g in groups])[:, None]
         threads = torch.get_num_threads()
-        if len(rows) == 1 and self.decode_threads:
+        lowered = len(rows) == 1 and 0 < self.decode_threads < threads
+        if lowered:
             torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
         try:
-            logits = self._forward(last, pos)
+            logits = self._forward(last, pos, threads if lowered else 0)
         finally:
             torch.set_num_threads(threads)
         for g in groups:
@@ -105,10 +106,11 @@ class TransformersBackend:
         tokens = dict(zip(map(id, rows), sample(logits[:, -1], rows), strict=True))
         return [tokens[id(s)] for s in seqs]
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, head_threads: int = 0) -> torch.Tensor:
         groups = self.batch.groups
         if self.fast is not None and self.fast.handles(ids.shape[0]):
-            return self.fast.step(ids, pos, [(g.mask, g.cache) for g in groups])
+            masks = [(g.mask, g.cache) for g in groups]
+            return self.fast.step(ids, pos, masks, head_threads=head_threads)
         (group,) = groups  # not ragged: one padded batch
         return self.model(
             input_ids=ids,

@@ -114,7 +114,8 @@ class Settings(BaseSettings):
         ge=0,
         description="torch CPU threads for a decode step of a single stream. 0: THREADS. "
         "Such a step is ~150 small kernel calls; a second thread splits each one and meets the "
-        "first at a barrier, which on a busy machine waits for a descheduled thread.",
+        "first at a barrier, which on a busy machine waits for a descheduled thread. The "
+        "step's LM head (one large call) still runs on THREADS.",
     )
     huge_pages: bool = Field(
         True,

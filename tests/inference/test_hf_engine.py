@@ -94,8 +94,18 @@ def test_a_lone_stream_decodes_on_decode_threads_with_the_same_answer(loaded_mod
     try:
         one: list[int] = []
         two: list[int] = []
-        assert _greedy_alone(loaded_model, 1, one) == _greedy_alone(loaded_model, 0, two)
+        head: list[int] = []
+        hook = loaded_model.model.lm_head.register_forward_pre_hook(
+            lambda *_: head.append(torch.get_num_threads())
+        )
+        try:
+            lone = _greedy_alone(loaded_model, 1, one)
+        finally:
+            hook.remove()
+        assert lone == _greedy_alone(loaded_model, 0, two)
         assert set(one) == {1} and set(two) == {2}
+        # the LM head, one large call, on every thread (the prefill's head call too)
+        assert head and set(head) == {2}
         assert torch.get_num_threads() == 2  # restored for prefill and batches
     finally:
         torch.set_num_threads(before)

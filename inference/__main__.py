@@ -4,7 +4,6 @@ flags override env vars (``--help`` lists them all)."""
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import typing
@@ -41,15 +40,8 @@ def load_settings(argv: list[str] | None = None) -> Settings:
     return Settings(**overrides)  # init values win over env vars
 
 
-def use_huge_pages(settings: Settings) -> None:
-    """Before torch's first large allocation: it reads the variable then (see the setting)."""
-    if settings.huge_pages:
-        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-
 def main(argv: list[str] | None = None) -> int:
     settings = load_settings(argv)
-    use_huge_pages(settings)
     import uvicorn
 
     from inference.app import create_app

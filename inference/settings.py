@@ -117,13 +117,6 @@ class Settings(BaseSettings):
         "first at a barrier, which on a busy machine waits for a descheduled thread. The "
         "step's LM head (one large call) still runs on THREADS.",
     )
-    huge_pages: bool = Field(
-        True,
-        description="Tensors of 2 MiB and more in transparent huge pages where the kernel "
-        "offers them on request (torch's THP_MEM_ALLOC_ENABLE): a long prompt's KV buffer "
-        "(~100 MB at 4,000 tokens) otherwise pages in 4 KiB at a time, ~23,000 page faults "
-        "and 20-25 ms of a next turn's time to first token. Off: torch's own allocation.",
-    )
     max_request_bytes: int = Field(
         4 * 1024 * 1024,
         ge=1024,

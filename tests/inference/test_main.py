@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from inference.__main__ import build_parser, load_settings, use_huge_pages
+from inference.__main__ import build_parser, load_settings
 from inference.settings import Settings
 from tests.support.processes import free_port
 from tests.support.sse import sse_data
@@ -85,38 +85,3 @@ def _ok(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def test_huge_pages_are_asked_for_unless_turned_off_or_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
-    use_huge_pages(Settings(huge_pages=False))
-    assert "THP_MEM_ALLOC_ENABLE" not in os.environ
-    use_huge_pages(Settings())
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "1"
-    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # the operator's own choice stays
-    use_huge_pages(Settings())
-    assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
-
-
-THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-PAGE_IN = """
-import resource, torch
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-torch.empty((30, 2, 3, 4352, 64), dtype=torch.bfloat16).fill_(1)  # a 4,000-token KV buffer
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-@pytest.mark.skipif(
-    not THP.exists() or "[madvise]" not in THP.read_text(),
-    reason="huge pages are given on request only where the kernel's THP mode is madvise",
-)
-def test_with_huge_pages_a_long_prompts_kv_buffer_pages_in_at_a_fraction_of_the_faults() -> None:
-    def faults(**env: str) -> int:
-        clean = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
-        out = subprocess.run(
-            [sys.executable, "-c", PAGE_IN], env=clean | env, capture_output=True, text=True
-        )
-        return int(out.stdout)
-
-    assert faults(THP_MEM_ALLOC_ENABLE="1") * 10 < faults()

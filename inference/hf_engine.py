@@ -94,11 +94,13 @@ class TransformersBackend:
             g.mask = torch.cat([g.mask, g.mask.new_ones((len(g.rows), 1))], dim=1)
         pos = torch.cat([g.pos for g in groups])[:, None]
         threads = torch.get_num_threads()
-        lowered = len(rows) == 1 and 0 < self.decode_threads < threads
-        if lowered:
+        alone = len(rows) == 1 and self.decode_threads > 0
+        if alone:
             torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
+        # its LM head, one large call, never on fewer threads than the rest of the process
+        head = threads if alone and self.decode_threads < threads else 0
         try:
-            logits = self._forward(last, pos, threads if lowered else 0)
+            logits = self._forward(last, pos, head)
         finally:
             torch.set_num_threads(threads)
         for g in groups:

@@ -1,17 +1,19 @@
 """Fewer padded rows for a prefill's small pieces, where this CPU gives them the same bits.
 
 A prefill's rows go through the linear layers in calls of quant.TILE (128) rows and through
-attention in tiles of prefill_attention.TILE (64) query positions, zero padded, because a kernel may
-sum in another order for another row count (oneDNN's bfloat16 kernels on AMX do), and a
-prompt's KV must not depend on how it was chunked. A next turn's ~30 new tokens then pay 4x
-their rows in every linear layer and 2x in attention, deep in a long conversation.
+attention in tiles of prefill_attention.TILE (64) query positions, zero padded, because a
+kernel may sum in another order for another row count (oneDNN's bfloat16 kernels on AMX
+do), and a prompt's KV must not depend on how it was chunked. A next turn's ~30 new tokens
+then pay 4x their rows in every linear layer and 2x in attention, deep in a long conversation.
 
 Whether a smaller call gives each row the bits of the full one is a property of the kernels
 of this CPU, at this thread count, for this shape: not something to assume. So each shape is
 tried once, the first time a prefill meets it, on random rows: the full call against calls
-of fewer rows taken from everywhere in it. A smaller call is used only where every row came out bit
-for bit the same (and the call was faster); everywhere else the full tile, as before. Which
-count a call uses then changes only its speed, never a bit of a prompt's KV.
+of fewer rows taken from everywhere in it (a few tens of milliseconds for attention deep in
+a long prompt, once per depth of 256 positions per process). A smaller call is used only
+where every row came out bit for bit the same (and the call was faster); everywhere else the
+full tile, as before. Which count a call uses then changes only its speed, never a bit of a
+prompt's KV.
 """
 
 from __future__ import annotations

@@ -88,12 +88,12 @@ class PrefillPlan:
         values = kv[1][None, :, : s + ATTN_BLOCK].to(dtype)
         parts = [
             self._tiles(q[:, a - lo : b - lo], keys, values, j, a, scale, rows)
-            for a, b, rows in self._segments(q, keys, j, lo)
+            for a, b, rows in self._segments(q, j, lo)
         ]
         return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
     def _segments(
-        self, q: torch.Tensor, keys: torch.Tensor, j: int, lo: int
+        self, q: torch.Tensor, j: int, lo: int
     ) -> list[tuple[int, int, tuple[int, int] | None]]:
         """[lo, lo + n) as (start, end, rows): the tiles it covers whole in one piece (rows
         None), and a tile it covers in part alone, with the rows of it that call may take
@@ -102,7 +102,7 @@ class PrefillPlan:
         hi = lo + n
         if (lo - s) % TILE == 0 and n % TILE == 0:
             return [(lo, hi, None)]
-        widths = self._widths(q, keys, j)
+        widths = self._widths(q, j)
         if not widths:
             return [(lo, hi, None)]
         edges = sorted({lo, hi, *range(lo - (lo - s) % TILE + TILE, hi, TILE)})
@@ -118,7 +118,7 @@ class PrefillPlan:
                 out.append((a, b, rows))
         return out
 
-    def _widths(self, q: torch.Tensor, keys: torch.Tensor, j: int) -> tuple[int, ...]:
+    def _widths(self, q: torch.Tensor, j: int) -> tuple[int, ...]:
         """Row widths below a tile that both of block j's calls give the same bits at."""
         group = q.shape[0] // self.kv_heads
         own = self._probe_widths(group, q.shape[2], ATTN_BLOCK, True, q)

@@ -122,10 +122,11 @@ export class Account {
     try {
       const created = await api.createKey(name);
       this.ui.keyName.value = "";
+      this.ui.status.textContent = "";
+      // the list holds the new key by the time its secret shows (loadKeys never throws)
+      await this.loadKeys();
       this.ui.secretValue.textContent = created.key;
       this.ui.secretBox.hidden = false;
-      this.ui.status.textContent = "";
-      await this.loadKeys();
     } catch (error) {
       this.ui.status.textContent = error.message;
     }

@@ -11,8 +11,8 @@ computes and caches it, and the background job is dropped. The reply's own KV,
 from the decode steps, is not reused, because it came from other kernels (the 4-bit weights,
 one query per call): a next turn built on it would answer differently than from scratch.
 
-Every path computes a token's KV with the same bits (inference/prefill_attention.py), so greedy replies
-are the same with the cache cold, warm or off, chunked or not.
+Every path computes a token's KV with the same bits (inference/prefill_attention.py), so
+greedy replies are the same with the cache cold, warm or off, chunked or not.
 """
 
 from __future__ import annotations
@@ -197,9 +197,8 @@ class Prefiller:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
         are paced); the prompts it completed once it went through them all, else None."""
         budget = self.pace.units_in_step()
-        paced = self.pace.tokens > 0 and self.pace.seconds > 0
         total = len(self.stages.layers)
-        layers = self.stages.layers_within(staged, budget) if paced else total
+        layers = self.stages.layers_within(staged, budget) if self.pace.paced else total
         head_only = staged.layer == total
         # a chunk in several stages takes its LM head in a stage of its own
         apart = layers < total

@@ -113,9 +113,17 @@ class StepPace:
     seconds: float  # PREFILL_STEP_MS / 1000; 0: `tokens` is the budget of every step
     per_unit: float = 0.0  # seconds per unit of cost, learnt
 
+    @property
+    def paced(self) -> bool:
+        """Whether steps are sized by time (chunks on and a step time set)."""
+        return self.tokens > 0 and self.seconds > 0
+
+    def _learnt(self) -> bool:
+        return self.paced and self.per_unit > 0
+
     def budget(self, floor: float = 0.0) -> float:
         """The next step's budget; a learnt one is at least `floor` (see tile_cost)."""
-        if self.tokens <= 0 or self.seconds <= 0 or self.per_unit <= 0:
+        if not self._learnt():
             return float(self.tokens)
         learnt = min(max(self.seconds / self.per_unit, MIN_BUDGET), self.tokens * MAX_GROWTH)
         return max(learnt, floor)
@@ -124,7 +132,7 @@ class StepPace:
         """The cost units that fit in the step time as learnt, without the budget's bounds
         (a chunk in stages is cut by layers, however few units that leaves); the token
         budget until a step is measured."""
-        if self.tokens <= 0 or self.seconds <= 0 or self.per_unit <= 0:
+        if not self._learnt():
             return float(self.tokens)
         return self.seconds / self.per_unit
 

@@ -12,6 +12,7 @@ bandwidth-bound CPU."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from inference.batch import BatchState, GrowingLayer
 from inference.decode_step import DecodeStep, supports
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
+from inference.lone_threads import LoneThreads
 from inference.model_store import LoadedModel, prepare_model, served_name, stderr_progress
 from inference.prefill import PrefillJob
 from inference.sampling import sample
@@ -38,13 +40,18 @@ class TransformersBackend:
         eos_ids: set[int],
         chunk_tokens: int = 0,
         cache_bytes: int = 0,
-        decode_threads: int = 0,
+        decode_threads: int | None = 0,
         step_seconds: float = 0.0,
     ) -> None:
-        """`decode_threads`: torch threads for a step of one sequence (0: as they are)."""
+        """`decode_threads`: torch threads for a step of one sequence (0: as they are; None:
+        whichever of 1 and all its steps run faster, inference/lone_threads.py)."""
         self.model = model
-        self.decode_threads = decode_threads
         self.device = model.device
+        # on a GPU the step's time is not the CPU threads' to win (and is not known on return)
+        self.lone = LoneThreads(
+            0 if decode_threads is None and self.device.type != "cpu" else decode_threads,
+            torch.get_num_threads(),
+        )
         self.eos_ids = eos_ids
         self.prefiller = Prefiller(model, chunk_tokens, cache_bytes, step_seconds)
         # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits,
@@ -94,15 +101,18 @@ class TransformersBackend:
             g.mask = torch.cat([g.mask, g.mask.new_ones((len(g.rows), 1))], dim=1)
         pos = torch.cat([g.pos for g in groups])[:, None]
         threads = torch.get_num_threads()
-        alone = len(rows) == 1 and self.decode_threads > 0
-        if alone:
-            torch.set_num_threads(self.decode_threads)  # see Settings.decode_threads
+        alone = len(rows) == 1
+        count = self.lone.pick() if alone else threads
+        torch.set_num_threads(count)  # see Settings.decode_threads
         # its LM head, one large call, never on fewer threads than the rest of the process
-        head = threads if alone and self.decode_threads < threads else 0
+        head = threads if count < threads else 0
+        started = time.perf_counter()
         try:
             logits = self._forward(last, pos, head)
         finally:
             torch.set_num_threads(threads)
+        if alone:
+            self.lone.record(count, time.perf_counter() - started)
         for g in groups:
             g.pos = g.pos + 1
         tokens = dict(zip(map(id, rows), sample(logits[:, -1], rows), strict=True))
@@ -184,7 +194,7 @@ class TransformersEngine(Engine):
             eos_ids(self.model, self.tokenizer),
             s.prefill_chunk_tokens,
             s.prefix_cache_mb * 2**20,
-            s.decode_threads,
+            None if s.decode_threads == "auto" else s.decode_threads,
             s.prefill_step_ms / 1000,
         )
 

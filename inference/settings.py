@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -109,13 +109,14 @@ class Settings(BaseSettings):
     threads: int = Field(
         0, ge=0, description="torch CPU threads. 0: the number of CPU cores available."
     )
-    decode_threads: int = Field(
-        1,
-        ge=0,
-        description="torch CPU threads for a decode step of a single stream. 0: THREADS. "
-        "Such a step is ~150 small kernel calls; a second thread splits each one and meets the "
-        "first at a barrier, which on a busy machine waits for a descheduled thread. The "
-        "step's LM head (one large call) still runs on THREADS.",
+    decode_threads: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto",
+        description="torch CPU threads for a decode step of a single stream: a count, 0 for "
+        "THREADS, or auto: whichever of 1 and THREADS its recent steps ran faster on, the "
+        "other timed again now and then. Such a step is ~150 small kernel calls; a second "
+        "thread splits each one and meets the first at a barrier: faster on a quiet machine, "
+        "much slower on a busy one, where it waits for a descheduled thread. The step's LM "
+        "head (one large call) runs on THREADS either way.",
     )
     max_request_bytes: int = Field(
         4 * 1024 * 1024,

@@ -68,7 +68,7 @@ def test_a_mixed_batch_gives_each_request_what_it_gets_alone(loaded_model: Any) 
     assert together[3][0] != first
 
 
-def _greedy_alone(loaded: Any, decode_threads: int, seen: list[int]) -> list[int]:
+def _greedy_alone(loaded: Any, decode_threads: int | None, seen: list[int]) -> list[int]:
     """One greedy stream; `seen` gets the torch thread count of each of its decode steps."""
     import torch
 
@@ -104,6 +104,9 @@ def test_a_lone_stream_decodes_on_decode_threads_with_the_same_answer(loaded_mod
             hook.remove()
         assert lone == _greedy_alone(loaded_model, 0, two)
         assert set(one) == {1} and set(two) == {2}
+        auto: list[int] = []  # DECODE_THREADS=auto: timed on both counts, same answer
+        assert lone == _greedy_alone(loaded_model, None, auto)
+        assert set(auto) == {1, 2}
         # the LM head, one large call, on every thread (the prefill's head call too)
         assert head and set(head) == {2}
         assert torch.get_num_threads() == 2  # restored for prefill and batches

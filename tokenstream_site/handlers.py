@@ -19,6 +19,9 @@ per request: a shared thread there broke its streaming ("CurrentThreadExecutor a
 or is broken").
 """
 
+import logging
+import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +36,7 @@ from django.dispatch import receiver
 from django.http import FileResponse
 from django.urls import Resolver404, get_resolver, set_script_prefix
 
+log = logging.getLogger("tokenstream_site.handlers")
 _pool_thread = threading.local()
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -48,7 +52,8 @@ def request_executor() -> ThreadPoolExecutor:
     CPU-bound request threads kept the relayed tokens waiting: on PostgreSQL + Redis, 200
     streams on one process had a p99 of +72 and +107 ms over reading the inference server
     directly with 8 threads, +16 and +11 ms with 2, and the sends' first tokens came no later
-    (bench/README.md, issue 18's sixth round)."""
+    (bench/README.md, issue 18's sixth round). And at a lower priority than the relay
+    (`_lower_priority`)."""
     global _executor
     with _executor_lock:
         if _executor is None:
@@ -62,6 +67,26 @@ def request_executor() -> ThreadPoolExecutor:
 
 def _mark_pool_thread() -> None:
     _pool_thread.keeps_connections = True
+    _lower_priority(settings.REQUEST_NICE)
+
+
+def _lower_priority(nice: int) -> None:
+    """This thread's nice value raised by `nice` (settings.REQUEST_NICE), so that when the
+    cores are short the OS runs the event loop's thread, which relays every open reply,
+    before the requests'. During a burst of 400 sends to two processes on 2 cores (PostgreSQL
+    + Redis) the relayed tokens' p99 over reading the inference server directly was +474 and
+    +603 ms with the request threads at the loop's priority, +10 and +38 ms at nice 10, and
+    the sends' first tokens came no later (bench/README.md, issue 18's seventh round). Linux
+    keeps a nice value per thread; elsewhere setpriority would lower the whole process."""
+    if not nice or sys.platform != "linux":
+        return
+    thread = threading.get_native_id()
+    try:
+        os.setpriority(
+            os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice)
+        )
+    except OSError as error:  # a sandbox may refuse it: run at the loop's priority
+        log.warning("request threads keep their priority: %s", error)
 
 
 @receiver(connection_created)

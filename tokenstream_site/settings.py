@@ -183,6 +183,8 @@ EVENTLOG_MAX_BYTES = env_int("EVENTLOG_MAX_BYTES", 256 * 1024 * 1024)
 # Sync requests (pages, the site JSON API) served at once per process, each in a thread
 # of a pool that keeps its database connection (tokenstream_site/handlers.py).
 REQUEST_THREADS = max(1, env_int("SITE_REQUEST_THREADS", 2))
+# Their scheduling priority below the relay's (Linux nice, 0 to 19; 0: the same).
+REQUEST_NICE = min(19, max(0, env_int("SITE_REQUEST_NICE", 10)))
 # Open event streams per user and per process (0: half the process's open-file limit).
 EVENTS_MAX_STREAMS_PER_USER = env_int("EVENTS_MAX_STREAMS_PER_USER", 20)
 EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 0)

@@ -2,6 +2,7 @@
 (the /v1 API) through Django's own chain (tokenstream_site/handlers.py)."""
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 
@@ -111,7 +112,6 @@ def test_a_streamed_response_is_sent_whole(handler):
 
 def test_the_loaded_site_is_left_out_of_the_cyclic_collectors_scans():
     import subprocess
-    import sys
 
     code = "import gc, tokenstream_site.asgi; print(gc.get_freeze_count())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -128,3 +128,23 @@ def test_the_request_pool_has_as_many_threads_as_the_setting(monkeypatch, settin
         assert pool._max_workers == 3 and handlers.request_executor() is pool
     finally:
         pool.shutdown(wait=False)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a nice value per thread is Linux's")
+def test_request_threads_run_below_the_relays_priority(monkeypatch, settings):
+    import os
+
+    from tokenstream_site import handlers
+
+    monkeypatch.setattr(handlers, "_executor", None)
+    settings.REQUEST_NICE = 7
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pool = handlers.request_executor()
+    try:
+        thread_nice = pool.submit(
+            lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        ).result()
+    finally:
+        pool.shutdown(wait=False)
+    assert thread_nice == min(19, loop_nice + 7)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice

@@ -64,7 +64,7 @@ class TransformersBackend:
         return token_id in self.eos_ids
 
     def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
-        done = self.prefiller.step(seqs)
+        done = self.prefiller.step(seqs, decoding=bool(self.batch.rows))
         ready = [s for s in seqs if id(s) in done]
         if not ready:
             return [None] * len(seqs)

@@ -69,10 +69,13 @@ class Prefiller:
     def stats(self) -> CacheStats:
         return self.cache.stats if self.cache else CacheStats()
 
-    def step(self, seqs: list[Any]) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
+    def step(
+        self, seqs: list[Any], decoding: bool = True
+    ) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
         """One step over the prompts of `seqs`: a chunk, or the next layers of a chunk in
         stages; for each prompt it completed (by id(seq)): its job (whose `kv` holds the
-        prompt's KV) and its last position's logits."""
+        prompt's KV) and its last position's logits. Stages are for the decode steps of
+        running streams between them: with none `decoding`, a chunk goes through whole."""
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
         if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
             self.staged = None  # every prompt of it was cancelled
@@ -82,7 +85,7 @@ class Prefiller:
             if self.stages is None:  # not a model it can stage: the chunk in one pass
                 return self._completed(work, self._run(work, budget))
             self.staged = self._begin(work)
-        done = self._stage(self.staged)
+        done = self._stage(self.staged, split=decoding)
         if done is None:
             return {}
         work, self.staged = self.staged.work, None
@@ -193,15 +196,17 @@ class Prefiller:
         with quant.dense_only():
             return self.stages.begin(inputs, cost=chunk_cost(work, self.ratio), **chunk)
 
-    def _stage(self, staged: Staged) -> dict[PrefillJob, torch.Tensor] | None:
+    def _stage(self, staged: Staged, split: bool = True) -> dict[PrefillJob, torch.Tensor] | None:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
-        are paced); the prompts it completed once it went through them all, else None."""
+        are paced and `split`); the prompts it completed once it went through them all, else
+        None."""
         budget = self.pace.units_in_step()
         total = len(self.stages.layers)
-        layers = self.stages.layers_within(staged, budget) if self.pace.paced else total
+        paced = self.pace.paced and split
+        layers = self.stages.layers_within(staged, budget) if paced else total - staged.layer
         head_only = staged.layer == total
         # a chunk in several stages takes its LM head in a stage of its own
-        apart = layers < total
+        apart = paced and layers < total
         start = time.perf_counter()
         with quant.dense_only():
             last = self.stages.run(staged, layers, head_apart=apart)

@@ -85,6 +85,34 @@ def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(
     assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
 
 
+def test_with_no_stream_decoding_a_chunk_over_the_step_budget_goes_through_whole(
+    loaded_model: Any,
+) -> None:
+    # stages only make room for running streams' decode steps; alone they are overhead
+    # (a next turn deep in a conversation took 3 steps, 114 + 70 + 8 ms, instead of one)
+    prompt = _prompt(loaded_model, 0)
+    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.064), 0.001)
+    seq, steps = _Seq(prompt), 1
+    while not (done := prefiller.step([seq], decoding=False)):
+        steps += 1
+        assert prefiller.staged is None  # never left part-way through the layers
+    assert steps == math.ceil(len(prompt) / 128)  # one step a chunk, its head within it
+    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
+    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
+
+
+def test_a_chunk_begun_in_stages_ends_whole_once_no_stream_is_decoding(
+    loaded_model: Any,
+) -> None:
+    prompt = _prompt(loaded_model, 0, chars=300)
+    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.064), 0.001)
+    seq = _Seq(prompt)
+    assert prefiller.step([seq]) == {} and prefiller.staged is not None
+    done = prefiller.step([seq], decoding=False)  # the rest of its layers and its head
+    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
+    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
+
+
 def test_a_prompt_cancelled_between_stages_leaves_the_next_one_its_own_answer(
     loaded_model: Any,
 ) -> None:

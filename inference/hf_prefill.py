@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from inference import prefill_stages, quant
+from inference import huge_pages, prefill_stages, quant
 from inference.prefill import (
     MIN_ROWS,
     Piece,
@@ -161,6 +161,7 @@ class Prefiller:
             dtype=self.dtype,
             device=self.device,
         )
+        huge_pages.advise(kv)  # before its prefix is copied in: see inference/huge_pages.py
         job = PrefillJob(tokens, kv, seq=seq)
         if self.cache is not None:
             # the last prompt token is always computed: its logits give the first reply token

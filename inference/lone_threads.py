@@ -20,7 +20,6 @@ class LoneThreads:
     """`fixed`: the setting as a count (0: all `threads`), or None to choose by timing."""
 
     def __init__(self, fixed: int | None, threads: int) -> None:
-        self.threads = threads
         self.fixed = (fixed or threads) if fixed is not None else None
         self.counts = (1, threads) if threads > 1 else (1,)
         self.seconds: dict[int, float] = {}

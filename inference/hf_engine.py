@@ -103,14 +103,16 @@ class TransformersBackend:
         threads = torch.get_num_threads()
         alone = len(rows) == 1
         count = self.lone.pick() if alone else threads
-        torch.set_num_threads(count)  # see Settings.decode_threads
+        if count != threads:
+            torch.set_num_threads(count)  # see Settings.decode_threads
         # its LM head, one large call, never on fewer threads than the rest of the process
         head = threads if count < threads else 0
         started = time.perf_counter()
         try:
             logits = self._forward(last, pos, head)
         finally:
-            torch.set_num_threads(threads)
+            if count != threads:
+                torch.set_num_threads(threads)
         if alone:
             self.lone.record(count, time.perf_counter() - started)
         for g in groups:

@@ -11,13 +11,13 @@ step's temporaries fault in whole 2 MiB pages, and a pasted prompt's steps slowe
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 import torch
 
 MADV_HUGEPAGE = 14
 PAGE = 4096
-_madvise = None
 
 
 def advise(tensor: torch.Tensor) -> bool:
@@ -29,13 +29,11 @@ def advise(tensor: torch.Tensor) -> bool:
     end = (tensor.data_ptr() + tensor.numel() * tensor.element_size()) // PAGE * PAGE
     if end - start < 512 * PAGE:  # under one huge page: nothing to gain
         return False
-    return _call_madvise(start, end - start) == 0
+    return _madvise()(start, end - start, MADV_HUGEPAGE) == 0
 
 
-def _call_madvise(start: int, length: int) -> int:
-    global _madvise
-    if _madvise is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        _madvise = libc.madvise
-    return _madvise(start, length, MADV_HUGEPAGE)
+@functools.cache
+def _madvise():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc.madvise

@@ -20,8 +20,10 @@ class LoneThreads:
     """`fixed`: the setting as a count (0: all `threads`), or None to choose by timing."""
 
     def __init__(self, fixed: int | None, threads: int) -> None:
+        if fixed is None and threads <= 1:
+            fixed = 1  # nothing to choose between
         self.fixed = (fixed or threads) if fixed is not None else None
-        self.counts = (1, threads) if threads > 1 else (1,)
+        self.counts = (1, threads)
         self.seconds: dict[int, float] = {}
         self.tries = {count: 0 for count in self.counts}
         self.current = self.counts[-1]
@@ -64,4 +66,5 @@ class LoneThreads:
             self.every = min(self.every * 2, RETRY_AT_MOST)
 
     def _other(self) -> int:
-        return next((c for c in self.counts if c != self.current), self.current)
+        low, high = self.counts
+        return high if self.current == low else low

@@ -43,12 +43,23 @@ def conversation_get(*, user, conversation_id: uuid.UUID) -> Conversation:
 
 
 def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
+    """Its owner's, or any for a reviewer. An owner's check is one plain SELECT: every open
+    event stream asks again at each keep-alive, and the ORM's exists() cost several times
+    the query (a tenth of the site's CPU at 200 open streams, with the user's read)."""
     if not user.is_authenticated:
         return False
-    conversations = Conversation.objects.filter(pk=conversation_id)
-    if not can_review(user):
-        conversations = conversations.filter(owner=user)
-    return conversations.exists()
+    if can_review(user):
+        return Conversation.objects.filter(pk=conversation_id).exists()
+    meta = Conversation._meta
+    key = meta.pk.get_db_prep_value(conversation_id, connection)
+    owner = meta.get_field("owner").get_db_prep_value(user.pk, connection)
+    sql = (
+        f"SELECT 1 FROM {connection.ops.quote_name(meta.db_table)} "
+        f"WHERE {_column(Conversation, 'id')} = %s AND {_column(Conversation, 'owner')} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key, owner])
+        return cursor.fetchone() is not None
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,11 @@ class Reply:
 
     @property
     def content(self) -> str:
-        return "".join(self.parts)
+        # Kept joined: every flush (twice a second) reads each streaming reply's text, and
+        # joining all its tokens again each time grew with the reply's length.
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
 
 
 def final_state(reply: Reply, outcome) -> tuple[dict, str, dict]:

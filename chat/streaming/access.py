@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from django.conf import settings
 from django.contrib import auth
 
+from chat import current_user
 from chat.selectors import conversation_readable_by
 
 
@@ -20,7 +21,7 @@ def _current_user(scope):
         return model.objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
     # A fresh store, not the scope's copy: that one was loaded when the stream opened.
     fresh = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
-    user = auth.get_user(SimpleNamespace(session=fresh))
+    user = current_user.get_user(SimpleNamespace(session=fresh))  # Django's, one plain SELECT
     return user if user.is_authenticated else None
 
 

@@ -76,3 +76,44 @@ def test_the_locked_conversation_reads_what_the_orm_reads(with_preset, django_as
         selectors.conversation_locked(
             owner_id=create_conversation().owner_id, conversation_id=conversation.id
         )
+
+
+@pytest.mark.parametrize(
+    "who, readable",
+    [
+        ("owner", True),
+        ("stranger", False),
+        ("staff without the permission", False),
+        ("reviewer", True),
+        ("anonymous", False),
+    ],
+)
+def test_a_conversation_is_readable_by_its_owner_and_reviewers_only(
+    make_user, reviewer, who, readable
+):
+    from django.contrib.auth.models import AnonymousUser
+
+    conversation = create_conversation()
+    user = {
+        "owner": conversation.owner,
+        "stranger": make_user("stranger"),
+        "staff without the permission": make_user("plainstaff", staff=True),
+        "reviewer": reviewer,
+        "anonymous": AnonymousUser(),
+    }[who]
+    assert (
+        selectors.conversation_readable_by(user=user, conversation_id=conversation.id) is readable
+    )
+
+
+def test_an_owners_check_is_one_query_and_a_deleted_conversation_is_not_readable(
+    django_assert_num_queries,
+):
+    conversation = create_conversation()
+    owner, conversation_id = conversation.owner, conversation.id
+    with django_assert_num_queries(1):
+        assert selectors.conversation_readable_by(user=owner, conversation_id=conversation_id)
+    with django_assert_num_queries(1):  # the id as the URL gives it, a string
+        assert selectors.conversation_readable_by(user=owner, conversation_id=str(conversation_id))
+    conversation.delete()
+    assert not selectors.conversation_readable_by(user=owner, conversation_id=conversation_id)

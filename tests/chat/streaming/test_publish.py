@@ -13,7 +13,7 @@ from chat.streaming.publish import token_data, token_data_prefix
     "text",
     ["one", ' "quoted" ', "back\\slash", "line\nbreak\ttab", "é ü 日本 🙂", "\u2028", ""],
 )
-@pytest.mark.parametrize("produced_at", [None, 1234.5678901234, 0.0])
+@pytest.mark.parametrize("produced_at", [None, 1234.5678901234, 0.0, 1e-07, 1.5e300, 1764600000])
 def test_token_data_is_what_json_dumps_writes(text, produced_at):
     message_id = uuid.uuid4()
     data = {"message_id": str(message_id), "seq": 41, "text": text}

@@ -1,6 +1,6 @@
 """What every inference client backend speaks: the request, the streamed items, the error."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 
@@ -37,9 +37,18 @@ class InferenceError(Exception):
         self.kind = kind
 
 
+# on_delta(text, produced_at): see InferenceClient.stream_chat.
+OnDelta = Callable[[str, float | None], None]
+
+
 class InferenceClient:
-    def stream_chat(self, request: ChatRequest) -> AsyncIterator[Delta | Finish]:
-        """Yield Delta items then exactly one Finish; raise InferenceError on failure."""
+    def stream_chat(
+        self, request: ChatRequest, on_delta: OnDelta | None = None
+    ) -> AsyncIterator[Delta | Finish]:
+        """Yield Delta items then exactly one Finish; raise InferenceError on failure.
+        With on_delta, a backend may instead hand a Delta's text to on_delta as it arrives,
+        called on the loop in its place among the items (each Delta handed or yielded, never
+        both): the relay's hot path then wakes no task per token. A backend may ignore it."""
         raise NotImplementedError
 
     async def list_models(self) -> list[dict]:

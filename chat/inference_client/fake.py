@@ -12,7 +12,7 @@ from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClie
 class FakeInferenceClient(InferenceClient):
     model = "fake-echo"
 
-    async def stream_chat(self, request: ChatRequest):
+    async def stream_chat(self, request: ChatRequest, on_delta=None):
         last = next((m["content"] for m in reversed(request.messages) if m["role"] == "user"), "")
         words = re.findall(r"\s*\S+", last)
         limit = request.max_tokens or len(words)

@@ -38,6 +38,9 @@ class StreamProtocol(asyncio.Protocol):
         self._chunk_left = 0  # bytes of the current chunk still to come; -1: its CRLF
         self._length: int | None = None
         self._frame = b""
+        # fast(payload) -> bool: takes a payload in data_received itself when nothing is
+        # queued before it (so order holds); False leaves it to the queue and the reader.
+        self.fast = None
 
     # --- asyncio callbacks -------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -48,9 +51,12 @@ class StreamProtocol(asyncio.Protocol):
             data = self._read_head(data)
             if self.status is None:
                 return
+            self._wake()  # open_stream waits for the head
         if data:
             self._read_body(data)
-        self._wake()
+        # A read whose payloads all went to `fast` wakes nobody: that is its point.
+        if self.payloads or self.complete or self.status >= 400:
+            self._wake()
 
     def connection_lost(self, exc) -> None:
         if not self.complete and self._length is None and not self._chunked and self.status:
@@ -124,7 +130,9 @@ class StreamProtocol(asyncio.Protocol):
         *lines, self._lines = (self._lines + data).split(b"\n")
         for line in lines:
             if line.startswith(b"data:"):
-                self.payloads.append(line[5:].strip())
+                payload = line[5:].strip()
+                if self.payloads or self.fast is None or not self.fast(payload):
+                    self.payloads.append(payload)
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -141,6 +149,7 @@ class StreamProtocol(asyncio.Protocol):
 class StreamResponse:
     def __init__(self, protocol: StreamProtocol) -> None:
         self.protocol = protocol
+        self.handed = 0  # payloads the reader's `fast` took (see StreamProtocol.fast)
 
     @property
     def status(self) -> int:

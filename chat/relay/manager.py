@@ -8,6 +8,7 @@ Tokens that reach a relay together (one network read) go out as one `token` even
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import time
 import uuid
@@ -202,21 +203,27 @@ class RelayManager:
         return None
 
     async def _pump(self, reply: Reply, request: ChatRequest) -> None:
+        take = functools.partial(self._take, reply)
         try:
-            async with contextlib.aclosing(get_client().stream_chat(request)) as stream:
+            stream = get_client().stream_chat(request, on_delta=take)
+            async with contextlib.aclosing(stream):
                 async for item in stream:
                     if isinstance(item, Delta):
-                        if reply.ttft is None:
-                            reply.ttft = time.monotonic() - reply.started
-                        reply.deltas += 1
-                        reply.produced_at = item.produced_at
-                        reply.buffer.append(item.text)
-                        self._wake(reply)
+                        take(item.text, item.produced_at)
                     elif isinstance(item, Finish):
                         reply.finish = item
         finally:
             reply.done = True
             reply.wake.set()
+
+    def _take(self, reply: Reply, text: str, produced_at: float | None) -> None:
+        """A Delta's text, yielded to the pump or handed on from the connection's read."""
+        if reply.ttft is None:
+            reply.ttft = time.monotonic() - reply.started
+        reply.deltas += 1
+        reply.produced_at = produced_at
+        reply.buffer.append(text)
+        self._wake(reply)
 
     def _wake(self, reply: Reply) -> None:
         """Text arrived: a callback at the end of this loop turn publishes whatever the turn

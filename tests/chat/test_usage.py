@@ -25,7 +25,7 @@ from tests.support.factories import create_conversation, create_message, create_
 class NoUsageClient(FakeInferenceClient):
     """A server that reports no usage (like some other engines): the site counts."""
 
-    async def stream_chat(self, request):
+    async def stream_chat(self, request, on_delta=None):
         async for item in super().stream_chat(request):
             yield Finish(item.reason, {}) if isinstance(item, Finish) else item
 

@@ -14,10 +14,13 @@ def chunk(text=None, finish=None, role=False) -> bytes:
         delta["role"] = "assistant"
     if text is not None:
         delta["content"] = text
+    # Our server's shape, so that a text chunk takes the relay's fast path.
     body = {
+        "id": "chatcmpl-scripted",
         "object": "chat.completion.chunk",
+        "created": 1,
         "model": "scripted",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
     return f"data: {json.dumps(body)}\n\n".encode()
 

@@ -15,12 +15,29 @@ from tests.support.scripted_server import ScriptedServer
 QUESTION = [{"role": "user", "content": "one two three four five"}]
 
 
-async def drain(client, request):
+HANDED: list = []  # the Deltas of the last drain(hand=True) that came through on_delta
+
+
+async def drain(client, request, hand: bool = False):
+    """Every item in arrival order; with hand, the Deltas handed to on_delta among them."""
     items = []
-    async with contextlib.aclosing(client.stream_chat(request)) as stream:
+    HANDED.clear()
+
+    def on_delta(text, produced_at):
+        HANDED.append(Delta(text, produced_at))
+        items.append(HANDED[-1])
+
+    stream = client.stream_chat(request, on_delta=on_delta) if hand else client.stream_chat(request)
+    async with contextlib.aclosing(stream):
         async for item in stream:
             items.append(item)
     return items
+
+
+@pytest.fixture(params=["yielded", "handed"])
+def hand(request) -> bool:
+    """Deltas as the stream's items, or handed to on_delta where the backend does that."""
+    return request.param == "handed"
 
 
 @pytest.fixture(params=["fake", "http"])
@@ -34,14 +51,14 @@ def backend(request, settings):
 
 
 class TestInferenceClientContract:
-    def test_streams_deltas_then_one_finish(self, backend):
-        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION)))
+    def test_streams_deltas_then_one_finish(self, backend, hand):
+        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION), hand))
         assert all(isinstance(i, Delta) for i in items[:-1])
         assert isinstance(items[-1], Finish) and items[-1].reason == "stop"
         assert "".join(i.text for i in items[:-1]) == "one two three four five"
 
-    def test_max_tokens_ends_with_length(self, backend):
-        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION, max_tokens=2)))
+    def test_max_tokens_ends_with_length(self, backend, hand):
+        items = asyncio.run(drain(backend, ChatRequest(messages=QUESTION, max_tokens=2), hand))
         assert [i.text for i in items[:-1]] == ["one", " two"]
         assert items[-1].reason == "length"
         assert items[-1].usage["completion_tokens"] == 2
@@ -69,10 +86,17 @@ def http_client(settings, *urls, busy_seconds=0.5):
     return HttpInferenceClient()
 
 
-def failure_of(client) -> InferenceError:
+def failure_of(client, hand: bool = False) -> InferenceError:
     with pytest.raises(InferenceError) as raised:
-        asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+        asyncio.run(drain(client, ChatRequest(messages=QUESTION), hand))
     return raised.value
+
+
+def test_the_http_client_hands_plain_text_chunks_to_on_delta(settings, fake_inference):
+    settings.INFERENCE_URLS = [fake_inference.url]
+    items = asyncio.run(drain(HttpInferenceClient(), ChatRequest(messages=QUESTION), True))
+    assert HANDED and [i for i in items if isinstance(i, Delta)] == HANDED
+    assert "".join(d.text for d in HANDED) == "one two three four five"
 
 
 def test_unreachable_server_is_a_retryable_error_saying_so(settings):
@@ -106,16 +130,16 @@ def test_client_errors_are_not_retryable(settings, status, kind, retryable):
     assert (error.kind, error.retryable) == (kind, retryable)
 
 
-def test_error_chunk_mid_stream_is_reported_with_its_message(settings):
+def test_error_chunk_mid_stream_is_reported_with_its_message(settings, hand):
     with ScriptedServer(["error_chunk"]) as server:
-        error = failure_of(http_client(settings, server.url))
+        error = failure_of(http_client(settings, server.url), hand)
     assert error.kind == "upstream" and "CUDA fell over" in error.message
 
 
 @pytest.mark.parametrize("behaviour", ["silent", "stall"])
-def test_a_server_that_stops_sending_times_out_and_closes_the_connection(settings, behaviour):
+def test_a_server_that_stops_sending_times_out_and_closes_the_connection(settings, behaviour, hand):
     with ScriptedServer([behaviour]) as server:
-        error = failure_of(http_client(settings, server.url))
+        error = failure_of(http_client(settings, server.url), hand)
         for _ in range(50):
             if server.open_streams == 0:
                 break
@@ -123,9 +147,9 @@ def test_a_server_that_stops_sending_times_out_and_closes_the_connection(setting
     assert error.kind == "timeout" and error.retryable
 
 
-def test_dropped_connection_mid_reply_is_reported(settings):
+def test_dropped_connection_mid_reply_is_reported(settings, hand):
     with ScriptedServer(["drop"]) as server:
-        error = failure_of(http_client(settings, server.url))
+        error = failure_of(http_client(settings, server.url), hand)
     assert error.kind == "dropped" and "lost" in error.message
 
 
@@ -143,9 +167,9 @@ def test_busy_server_is_skipped_for_a_free_one(settings):
     assert isinstance(items[-1], Finish) and free.requests == 1
 
 
-def test_a_reply_that_breaks_after_its_first_token_is_not_retried_elsewhere(settings):
+def test_a_reply_that_breaks_after_its_first_token_is_not_retried_elsewhere(settings, hand):
     with ScriptedServer(["drop"]) as first, ScriptedServer(["ok"]) as second:
         client = http_client(settings, first.url, second.url)
         with pytest.raises(InferenceError):
-            asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+            asyncio.run(drain(client, ChatRequest(messages=QUESTION), hand))
     assert second.requests == 0, "retrying after text was sent would duplicate it"

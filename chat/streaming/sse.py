@@ -17,12 +17,10 @@ import time
 from urllib.parse import parse_qs, unquote
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 
 from chat.relay.metrics import METRICS
-from chat.selectors import conversation_readable_by
 from chat.streaming import delivery, slots
-from chat.streaming.access import stream_may_continue
+from chat.streaming.access import aconversation_readable_by, astream_may_continue
 from chat.streaming.channels import channel_for
 from chat.streaming.eventstream import EventDoesNotExist, Subscription, id_prefix, parse_resume_ids
 from chat.streaming.eventstream import storage as event_storage
@@ -90,9 +88,7 @@ class ConversationEvents:
         conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
         if user is None or not user.is_authenticated:
             return await plain_response(send, 403, "Sign in first.\n")
-        readable = await database_sync_to_async(conversation_readable_by)(
-            user=user, conversation_id=conversation_id
-        )
+        readable = await aconversation_readable_by(user=user, conversation_id=conversation_id)
         if not readable:
             return await plain_response(send, 404, "No such conversation.\n")
         channel = channel_for(conversation_id)
@@ -121,7 +117,7 @@ class ConversationEvents:
         conversation_id = scope["url_route"]["kwargs"]["conversation_id"]
 
         async def still_allowed() -> bool:
-            return await database_sync_to_async(stream_may_continue)(scope, conversation_id)
+            return await astream_may_continue(scope, conversation_id)
 
         events = ChannelStream(channel, scope["user"].pk, resume_after, still_allowed, write)
         events = events.bodies()

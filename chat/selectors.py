@@ -1,6 +1,7 @@
 """Reads. Each returns only what the given user may see."""
 
 import datetime
+import functools
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -136,29 +137,39 @@ def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
     each value through its column's own converters, as values_list gives them (SQLite's
     text to UUID, datetime, bool). For the reads of the send path and a relay's start,
     which the ORM built at a cost several times that of running them."""
+    select, converters = _select(connection.ops, model, tuple(names))
+    with connection.cursor() as cursor:
+        cursor.execute(f"{select} WHERE {where}", params)
+        rows = cursor.fetchall()
+    return [_converted(row, converters) for row in rows]
+
+
+@functools.lru_cache(maxsize=256)
+def _select(ops, model, names: tuple[str, ...]) -> tuple[str, list]:
+    """The SELECT ... FROM of `names` and their converters, made once per connection (`ops`
+    is its own) rather than for every read: the user's read of every request took 186-240
+    µs of CPU with them built each time, 137-148 µs without (medians of 5 x 2,000 reads,
+    4 runs alternated)."""
     meta = model._meta
     fields = [meta.get_field(name) for name in names]
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT {', '.join(quote(field.column) for field in fields)} "
-        f"FROM {quote(meta.db_table)} WHERE {where}"
+    quote = ops.quote_name
+    select = (
+        f"SELECT {', '.join(quote(field.column) for field in fields)} FROM {quote(meta.db_table)}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    converters = _converters(fields)
-    return [_converted(row, converters) for row in rows]
+    return select, _converters(fields)
 
 
 def _converters(fields) -> list:
     """Each field's column and the functions the ORM passes its database values through."""
+    return _converters_of(connection.ops, tuple(fields))
+
+
+@functools.lru_cache(maxsize=256)
+def _converters_of(ops, fields: tuple) -> list:
     converters = []
     for field in fields:
         column = field.get_col(field.model._meta.db_table)
-        functions = [
-            *connection.ops.get_db_converters(column),
-            *column.get_db_converters(connection),
-        ]
+        functions = [*ops.get_db_converters(column), *column.get_db_converters(connection)]
         converters.append((column, functions))
     return converters
 

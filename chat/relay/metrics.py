@@ -1,11 +1,14 @@
 """Prometheus figures for the site's relays (served at /metrics, for staff and scrapers)."""
 
+import bisect
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class RelayMetrics:
@@ -26,12 +29,12 @@ class RelayMetrics:
         # which showed in the relay's profile. Only the event loop's thread adds to it.
         self.token_events = 0
         registry.register(_TokenEvents(self))
-        self.latency = Histogram(
+        self.latency = PlainHistogram(
             "tokenstream_relay_latency_seconds",
             "From the inference server producing a token to the site publishing it",
-            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=registry,
+            buckets=LATENCY_BUCKETS,
         )
+        registry.register(self.latency)
         self.reconnects = Counter(
             "tokenstream_stream_reconnects_total",
             "Event stream requests that resumed with Last-Event-ID",
@@ -74,6 +77,34 @@ class _TokenEvents:
     def collect(self):
         yield CounterMetricFamily(
             "tokenstream_token_events", "Token events published", value=self.metrics.token_events
+        )
+
+
+class PlainHistogram:
+    """A histogram as prometheus_client's Histogram exposes it, kept as plain counts read at
+    scrape time (as the token counter): its observe() takes two locks, for every token
+    event. Only the event loop's thread observes."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.sum += value
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+    def collect(self):
+        counts, total, buckets = list(self.counts), 0, []
+        for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
+            total += count
+            buckets.append((floatToGoString(bound), total))
+        yield HistogramMetricFamily(
+            self.name, self.documentation, buckets=buckets, sum_value=self.sum
         )
 
 

@@ -259,7 +259,8 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
                     return False  # read again below, where it is a protocol error
                 if known is None:
                     return False
-                moved()
+                if not deadline.expired():  # else a read in the timeout's last turn
+                    moved()
                 if known[0]:
                     response.handed += 1
                     on_delta(*known)

@@ -54,13 +54,8 @@ def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
     meta = Conversation._meta
     key = meta.pk.get_db_prep_value(conversation_id, connection)
     owner = meta.get_field("owner").get_db_prep_value(user.pk, connection)
-    sql = (
-        f"SELECT 1 FROM {connection.ops.quote_name(meta.db_table)} "
-        f"WHERE {_column(Conversation, 'id')} = %s AND {_column(Conversation, 'owner')} = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [key, owner])
-        return cursor.fetchone() is not None
+    where = f"{_column(Conversation, 'id')} = %s AND {_column(Conversation, 'owner')} = %s"
+    return bool(_rows(Conversation, ["id"], where, [key, owner]))
 
 
 @dataclass(frozen=True)

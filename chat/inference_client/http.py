@@ -234,8 +234,8 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
     """Delta per content chunk, then one Finish; the usage chunk may come after the
     finish_reason, so Finish waits for [DONE]. With on_delta, a plain text chunk that
     arrives while nothing waits before it goes to on_delta from the connection's read
-    instead: no task wakes for it (a tenth of the relay's CPU per token went to waking the
-    reader and passing each chunk up through the generators)."""
+    instead: no task wakes for it, and it passes up through none of the generators
+    (bench.relay_ab at 200 streams: 0.954x the site's CPU per relayed token)."""
     finish_reason = None
     usage: dict = {}
     loop = asyncio.get_running_loop()

@@ -228,8 +228,15 @@ def test_settings_regenerate_and_edit(chat_page):
         " && m[0].querySelector('.msg-body').innerText.trim() === 'one two' }"
     )
     assert "token limit" in page.locator(".msg-assistant .msg-meta").inner_text()
-    # Edit & resend the last question.
-    page.locator(".msg-user .action.edit").click()
+    # Edit & resend the last question. A two-token reply can end on the page before the
+    # regenerate request's own answer is in, and until then the page takes no edit (as a
+    # user would, click again once it is idle).
+    edit = page.locator(".msg-user .action.edit")
+    for _ in range(10):
+        edit.click()
+        if page.locator(".edit-form textarea").count():
+            break
+        page.wait_for_timeout(200)
     page.fill(".edit-form textarea", "four five six")
     page.press(".edit-form textarea", "Enter")
     page.wait_for_function(

@@ -15,17 +15,21 @@ from tests.support.scripted_server import ScriptedServer
 QUESTION = [{"role": "user", "content": "one two three four five"}]
 
 
-HANDED: list = []  # the Deltas of the last drain(hand=True) that came through on_delta
+class Drained(list):
+    """A stream's items in arrival order; `handed`: the Deltas among them that came
+    through on_delta."""
+
+    handed: list
 
 
-async def drain(client, request, hand: bool = False):
-    """Every item in arrival order; with hand, the Deltas handed to on_delta among them."""
-    items = []
-    HANDED.clear()
+async def drain(client, request, hand: bool = False) -> Drained:
+    """Every item in arrival order; with hand, Deltas go to on_delta where the backend can."""
+    items = Drained()
+    items.handed = []
 
     def on_delta(text, produced_at):
-        HANDED.append(Delta(text, produced_at))
-        items.append(HANDED[-1])
+        items.handed.append(Delta(text, produced_at))
+        items.append(items.handed[-1])
 
     stream = client.stream_chat(request, on_delta=on_delta) if hand else client.stream_chat(request)
     async with contextlib.aclosing(stream):
@@ -95,8 +99,8 @@ def failure_of(client, hand: bool = False) -> InferenceError:
 def test_the_http_client_hands_plain_text_chunks_to_on_delta(settings, fake_inference):
     settings.INFERENCE_URLS = [fake_inference.url]
     items = asyncio.run(drain(HttpInferenceClient(), ChatRequest(messages=QUESTION), True))
-    assert HANDED and [i for i in items if isinstance(i, Delta)] == HANDED
-    assert "".join(d.text for d in HANDED) == "one two three four five"
+    assert items.handed and [i for i in items if isinstance(i, Delta)] == items.handed
+    assert "".join(d.text for d in items.handed) == "one two three four five"
 
 
 def test_unreachable_server_is_a_retryable_error_saying_so(settings):

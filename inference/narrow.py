@@ -8,9 +8,10 @@ then pay 4x their rows in every linear layer and 2x in attention, deep in a long
 
 Whether a smaller call gives each row the bits of the full one is a property of the kernels
 of this CPU, at this thread count, for this shape: not something to assume. So each shape is
-tried once, the first time a prefill meets it, on random rows: the full call against calls
-of fewer rows taken from everywhere in it (a few tens of milliseconds for attention deep in
-a long prompt, once per depth of 256 positions per process). A smaller call is used only
+tried once, on random rows: the full call against calls of fewer rows taken from everywhere
+in it (a few tens of milliseconds for attention deep in a long prompt, once per depth of 256
+positions per process; hf_prefill probes every depth while the server is idle after it
+starts, else the first prefill to meet a shape pays for it). A smaller call is used only
 where every row came out bit for bit the same (and the call was faster); everywhere else the
 full tile, as before. Which count a call uses then changes only its speed, never a bit of a
 prompt's KV.

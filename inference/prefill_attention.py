@@ -118,6 +118,11 @@ class PrefillPlan:
                 out.append((a, b, rows))
         return out
 
+    def prime(self, like: torch.Tensor, j: int) -> None:
+        """Probes now the narrow widths (inference/narrow.py) that queries `like` [H, n, D]
+        (their dtype and device; n may be 0) will ask for in key block j."""
+        self._widths(like, j)
+
     def _widths(self, q: torch.Tensor, j: int) -> tuple[int, ...]:
         """Row widths below a tile that both of block j's calls give the same bits at."""
         group = q.shape[0] // self.kv_heads

@@ -19,6 +19,7 @@ from inference.engine import Message
 from inference.hf_engine import TransformersEngine, encode_chat
 from inference.hf_prefill import Prefiller
 from inference.prefill import OVERSHOOT
+from inference.prefill_attention import ATTN_BLOCK
 from inference.prefix_cache import BLOCK
 from inference.scheduler import SamplingParams
 from tests.support.inference_app import model_settings
@@ -248,3 +249,27 @@ def test_a_prompts_blocks_enter_the_cache_as_each_chunk_completes(loaded_model: 
         assert cached[-1] == prefiller.jobs[id(seq)].done // BLOCK  # every whole block so far
     assert len(cached) >= 3 and cached == sorted(set(cached))
     assert prefiller.stats.inserted_blocks == len(prompt) // BLOCK
+
+
+def test_idle_time_probes_every_key_block_so_no_prompts_step_pays_for_one(
+    loaded_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A narrow-call probe deep in a prompt took 50-75 ms, inside the step of the first prompt
+    to reach that depth: a running stream's gap and a next turn's TTFT paid for it."""
+    from inference import narrow
+
+    monkeypatch.setattr(narrow, "_attention", {})
+    prefiller = Prefiller(loaded_model.model, 256, 0)
+    rounds = 0
+    while prefiller.has_background():
+        prefiller.background()
+        rounds += 1
+    assert rounds == loaded_model.model.config.max_position_embeddings // ATTN_BLOCK - 1
+    probed = dict(narrow._attention)
+    assert probed  # at least the block's own (masked) call was probed
+    prompt = encode_chat(loaded_model.tokenizer, [Message("user", DOC[:2200])])
+    assert len(prompt) > 2 * ATTN_BLOCK  # its queries reach key blocks 1 and 2
+    seq = _Seq(prompt)
+    while not prefiller.step([seq]):
+        pass
+    assert narrow._attention == probed  # nothing was probed in the prompt's steps

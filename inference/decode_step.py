@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from inference import prefill_attention, quant
+from inference import attention, prefill_attention, quant
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -39,16 +39,24 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
 
+def _kernel_args(linear: quant.Int4Linear | quant.FusedInt4) -> tuple:
+    """What the 4-bit kernel reads of a layer: its buffers, read once (each read through the
+    module's __getattr__ was ~380 lookups per step)."""
+    return linear.packed, linear.group, linear.scales_zeros, linear.bias
+
+
 class _Layer:
     """What one decoder layer's step reads, fetched once instead of through module lookups."""
 
     def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.attn = attn
-        self.qkv, self.o = attn.qkv_int4, attn.o_proj
-        self.gate_up, self.down = mlp.gate_up_int4, mlp.down_proj
+        self.qkv, self.o = _kernel_args(attn.qkv_int4), _kernel_args(attn.o_proj)
+        self.gate_up, self.down = _kernel_args(mlp.gate_up_int4), _kernel_args(mlp.down_proj)
+        self.gate_up_sizes = mlp.gate_up_int4.sizes
         # many rows: the parts' own forward (their bfloat16 weights), as transformers calls them
         self.qkv_parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+        self.o_proj, self.down_proj = attn.o_proj, mlp.down_proj
         self.gate_up_parts = (mlp.gate_proj, mlp.up_proj)
         self.norm_in, self.eps_in = (
             layer.input_layernorm.weight,
@@ -126,8 +134,11 @@ class DecodeStep:
         cos, sin = self.rotary(h, position_ids=position_ids)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         few = h.shape[0] <= quant.FEW_ROWS
+        # what prefill_attention.attention would pick for one query per row, picked once for
+        # the step's 30 calls instead of in each
+        direct = h.device.type == "cpu" and attention.pays()
         for layer in self.layers:
-            h = self._layer(layer, h, spans, cos, sin, few)
+            h = self._layer(layer, h, spans, cos, sin, few, direct)
         h = _rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
         if head_threads:
             torch.set_num_threads(head_threads)
@@ -152,39 +163,49 @@ class DecodeStep:
         cos: torch.Tensor,
         sin: torch.Tensor,
         few: bool,
+        direct: bool,
     ) -> torch.Tensor:
-        b, d = h.shape[0], self.head_dim
+        b, d, heads, kv_heads = h.shape[0], self.head_dim, self.heads, self.kv_heads
         x = _rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
         if few:
-            q, k, v = _int4(layer.qkv, x).split(layer.qkv.sizes, dim=-1)
+            # q and k side by side in the fused output: rotated in one pass (the same
+            # elementwise arithmetic on each element, half the calls)
+            qkv = _int4(layer.qkv, x).view(b, 1, heads + 2 * kv_heads, d).transpose(1, 2)
+            qk = _rotate(qkv[:, : heads + kv_heads], cos, sin)
+            q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
         else:
             q, k, v = (proj(x) for proj in layer.qkv_parts)
-        q = _rotate(q.view(b, 1, self.heads, d).transpose(1, 2), cos, sin)
-        k = _rotate(k.view(b, 1, self.kv_heads, d).transpose(1, 2), cos, sin)
-        v = v.view(b, 1, self.kv_heads, d).transpose(1, 2)
+            q = _rotate(q.view(b, 1, heads, d).transpose(1, 2), cos, sin)
+            k = _rotate(k.view(b, 1, kv_heads, d).transpose(1, 2), cos, sin)
+            v = v.view(b, 1, kv_heads, d).transpose(1, 2)
         outs = []
         for rows, mask, cache in spans:
             keys, values = cache.layers[layer.index].update(k[rows], v[rows])
-            out, _ = self._attend(
-                layer.attn, q[rows], keys, values, mask, dropout=0.0, scaling=layer.scaling
-            )
+            if direct:
+                out = attention.one_query(q[rows], keys, values, mask, layer.scaling)
+            else:
+                out, _ = self._attend(
+                    layer.attn, q[rows], keys, values, mask, dropout=0.0, scaling=layer.scaling
+                )
             outs.append(out)
         out = (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(b, -1)
-        h = h + (_int4(layer.o, out) if few else layer.o(out)).view(b, 1, -1)
+        h = h + (_int4(layer.o, out) if few else layer.o_proj(out)).view(b, 1, -1)
         x = _rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
         if few:
-            gate, up = _int4(layer.gate_up, x).split(layer.gate_up.sizes, dim=-1)
+            gate, up = _int4(layer.gate_up, x).split(layer.gate_up_sizes, dim=-1)
             down = _int4(layer.down, F.silu(gate) * up)
         else:
             gate, up = (proj(x) for proj in layer.gate_up_parts)
-            down = layer.down(F.silu(gate) * up)
+            down = layer.down_proj(F.silu(gate) * up)
         return h + down.view(b, 1, -1)
 
 
-def _int4(linear: quant.Int4Linear | quant.FusedInt4, flat: torch.Tensor) -> torch.Tensor:
+_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
+
+
+def _int4(args: tuple, flat: torch.Tensor) -> torch.Tensor:
     """The 4-bit kernel on flat [rows, in] bfloat16, without a module call: Int4Linear's
-    few-rows path, or FusedInt4's forward."""
-    y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-        flat, linear.packed, linear.group, linear.scales_zeros
-    )
-    return y if linear.bias is None else y + linear.bias
+    few-rows path, or FusedInt4's forward. `args`: _kernel_args of the layer."""
+    packed, group, scales_zeros, bias = args
+    y = _INT4_MM(flat, packed, group, scales_zeros)
+    return y if bias is None else y + bias

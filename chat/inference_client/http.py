@@ -249,7 +249,8 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
 
             def moved() -> None:
                 due = loop.time() + read_timeout
-                if due - deadline.when() > slack or due < deadline.when():
+                late = due - deadline.when() > slack or due < deadline.when()
+                if late and not deadline.expired():  # else a read in the timeout's last turn
                     deadline.reschedule(due)
 
             def hand(payload: bytes) -> bool:
@@ -259,8 +260,7 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
                     return False  # read again below, where it is a protocol error
                 if known is None:
                     return False
-                if not deadline.expired():  # else a read in the timeout's last turn
-                    moved()
+                moved()
                 if known[0]:
                     response.handed += 1
                     on_delta(*known)

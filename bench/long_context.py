@@ -262,6 +262,8 @@ def report_next_turn(urls: dict[str, str], args: argparse.Namespace) -> None:
         cold, nxt = med([r[0] for r in rows]), med([r[1] for r in rows])
         tokens = max(r[2] for r in rows) or "?"
         print(f"{label:<20} {tokens:>7} {cold:>9.2f}s {nxt:>9.2f}s {nxt / cold:>9.2f}x", flush=True)
+    for label, rows in runs.items():  # the spread behind each median
+        print(f"  {label}: next turns {', '.join(f'{r[1]:.2f}' for r in rows)} s")
     ours, llama = runs.get("ours, chunked"), runs.get("llama-cpp-python")
     if ours:
         ratio = med([r[1] for r in ours]) / med([r[0] for r in ours])

@@ -17,7 +17,7 @@ import torch
 
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine, encode_chat
-from inference.hf_prefill import Prefiller
+from inference.hf_prefill import KV_TOKEN_DIM, Prefiller
 from inference.prefill import OVERSHOOT
 from inference.prefill_attention import ATTN_BLOCK
 from inference.prefix_cache import BLOCK
@@ -292,6 +292,10 @@ def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: A
 
     other = prefiller._start(_Seq(encode_chat(loaded_model.tokenizer, [Message("user", "Hi")])))
     assert other.kv.data_ptr() != sealed.kv.data_ptr() and prefiller.sealed is sealed
+    room = sealed.kv.shape[KV_TOKEN_DIM] - len(sealed.tokens)
+    too_long = prefiller._start(_Seq([*sealed.tokens, *[42] * (room + 1)]))  # a long paste
+    assert too_long.kv.data_ptr() != sealed.kv.data_ptr() and prefiller.sealed is sealed
+    assert too_long.done == len(sealed.tokens)  # its history copied from the cache instead
 
     turn2 = prefiller._start(_Seq([*prompt, *turn1.generated, 42, 43, 44]))
     assert turn2.kv.data_ptr() == sealed.kv.data_ptr() and prefiller.sealed is None

@@ -132,7 +132,7 @@ class Prefiller:
             if not job.remaining:
                 self.seals.popleft()
                 self._cache(job)
-                self.sealed = job
+                self._keep(job)
         elif self.unprobed:
             dtype = self.compute_dtype or self.dtype  # what its queries attend in
             like = torch.empty((self.heads, 0, self.head_dim), dtype=dtype)
@@ -158,7 +158,7 @@ class Prefiller:
 
     def reset(self) -> None:
         self.staged = None
-        self.sealed = None
+        self._keep(None)
         self.jobs.clear()
         self.seals.clear()
 
@@ -201,8 +201,14 @@ class Prefiller:
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= -(-len(tokens) // ATTN_BLOCK) * ATTN_BLOCK
         if n > limit or not fits or tokens[:n] != sealed.tokens:
             return None, 0
-        self.sealed = None  # one prompt's own from now on: its KV is written past n
+        self._keep(None)  # one prompt's own from now on: its KV is written past n
         return sealed.kv, n
+
+    def _keep(self, job: PrefillJob | None) -> None:
+        """The buffer kept for a next turn (_take_sealed), its size in the cache's stats."""
+        self.sealed = job
+        if self.cache is not None:
+            self.cache.stats.kept_bytes = 0 if job is None else job.kv.nbytes
 
     def _buffer(self, capacity: int) -> torch.Tensor:
         # In plain 4 KiB pages, which fault in as chunks fill them. Advised into huge pages

@@ -68,6 +68,11 @@ class PrefixCacheCollector:
             f"{p}_capacity_bytes", "Its bound (PREFIX_CACHE_MB)", value=get("capacity_bytes")
         )
         yield GaugeMetricFamily(f"{p}_blocks", "Cached blocks of 16 tokens", value=get("blocks"))
+        yield GaugeMetricFamily(
+            f"{p}_kept_reply_bytes",
+            "The last cached reply's KV buffer, kept for its next turn (not in the bound)",
+            value=get("kept_bytes"),
+        )
         yield CounterMetricFamily(
             f"{p}_query_tokens", "Prompt tokens looked up in the cache", value=get("query_tokens")
         )

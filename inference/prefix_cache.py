@@ -47,6 +47,8 @@ class CacheStats:
     bytes: int = 0
     blocks: int = 0
     capacity_bytes: int = 0
+    # outside the bound: the last cached reply's buffer, kept for its next turn (hf_prefill)
+    kept_bytes: int = 0
 
     @property
     def hit_rate(self) -> float:

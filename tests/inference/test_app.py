@@ -78,6 +78,7 @@ def test_health_ready_models_metrics(client: TestClient) -> None:
         "inference_prefix_cache_hit_rate",
         "inference_prefix_cache_bytes",
         "inference_prefix_cache_capacity_bytes",
+        "inference_prefix_cache_kept_reply_bytes",
         "inference_prefix_cache_hit_tokens_total",
         "inference_prefix_cache_query_tokens_total",
         "inference_prefix_cache_evicted_blocks_total",

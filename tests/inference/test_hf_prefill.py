@@ -289,6 +289,7 @@ def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: A
         prefiller.background()
     sealed = prefiller.sealed
     assert sealed is not None and len(sealed.tokens) == (len(prompt) + TOKENS) // BLOCK * BLOCK
+    assert prefiller.stats.kept_bytes == sealed.kv.nbytes  # reported: it is outside the bound
 
     other = prefiller._start(_Seq(encode_chat(loaded_model.tokenizer, [Message("user", "Hi")])))
     assert other.kv.data_ptr() != sealed.kv.data_ptr() and prefiller.sealed is sealed
@@ -299,4 +300,5 @@ def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: A
 
     turn2 = prefiller._start(_Seq([*prompt, *turn1.generated, 42, 43, 44]))
     assert turn2.kv.data_ptr() == sealed.kv.data_ptr() and prefiller.sealed is None
+    assert prefiller.stats.kept_bytes == 0
     assert turn2.done == len(sealed.tokens)

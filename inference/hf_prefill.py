@@ -178,7 +178,7 @@ class Prefiller:
         blocks = self.cache.lookup(tokens, limit, count) if self.cache is not None else []
         kv, have = self._take_sealed(tokens, limit)
         if kv is None:
-            kv = self._buffer(-(-(len(tokens) + room) // ATTN_BLOCK) * ATTN_BLOCK)
+            kv = self._buffer(_whole_blocks(len(tokens) + room))
         for i in range(have // BLOCK, len(blocks)):
             kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = blocks[i]
         job = PrefillJob(tokens, kv, seq=seq)
@@ -198,7 +198,7 @@ class Prefiller:
         if sealed is None:
             return None, 0
         n = len(sealed.tokens)
-        fits = sealed.kv.shape[KV_TOKEN_DIM] >= -(-len(tokens) // ATTN_BLOCK) * ATTN_BLOCK
+        fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         if n > limit or not fits or tokens[:n] != sealed.tokens:
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past n
@@ -322,11 +322,16 @@ class Prefiller:
         return {p.job: staged.logits[0, i] for i, p in enumerate(staged.ending)}
 
 
+def _whole_blocks(tokens: int) -> int:
+    """`tokens` rounded up to whole key blocks: a buffer's capacity (its last block whole)."""
+    return -(-tokens // ATTN_BLOCK) * ATTN_BLOCK
+
+
 def _clear_tail(kv: torch.Tensor, end: int) -> None:
     """Zeros the positions after `end` in its key block: a chunk's queries attend their whole
     block, the keys not computed yet masked, and those must not be NaN. Only that block: the
     rest is written before it is read, so a long prompt's buffer is not zeroed (and paged in)
     all at once in its first step (~30 ms for 4,000 tokens on CPU)."""
-    block_end = min(-(-end // ATTN_BLOCK) * ATTN_BLOCK, kv.shape[KV_TOKEN_DIM])
+    block_end = min(_whole_blocks(end), kv.shape[KV_TOKEN_DIM])
     if block_end > end:
         kv[:, :, :, end:block_end] = 0

@@ -159,7 +159,7 @@ def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
     since = timezone.now() - RATE_WINDOW
     if selectors.user_usage_since(user_id=user_id, action=action, since=since) >= limit:
         raise RateLimited(refusal)
-    UsageEvent.objects.create(user_id=user_id, action=action)
+    _usage_event_create(user_id=user_id, action=action)
 
 
 def _check_quota(*, user_id) -> None:
@@ -188,7 +188,7 @@ def _admit_reply(conversation: Conversation) -> None:
             f"You asked for {limit} replies in the last minute, the most allowed. "
             "Wait a minute and try again."
         )
-    UsageEvent.objects.create(user_id=user_id, action=UsageEvent.Action.REPLY)
+    _usage_event_create(user_id=user_id, action=UsageEvent.Action.REPLY)
     _check_quota(user_id=user_id)
 
 
@@ -235,7 +235,7 @@ def _question_and_reply(
     )
     question_path = None if path is None else [*path, question.id]
     reply = _new_reply(conversation=conversation, question=question, path=question_path)
-    _insert_messages([question, reply])
+    _insert_rows([question, reply])
     conversation.active_leaf = reply
     if not conversation.title:
         conversation.title = title_from(content)
@@ -261,28 +261,34 @@ def _save_fields(instance, names: list[str]) -> None:
         cursor.execute(sql, params)
 
 
-def _insert_messages(messages: list[Message]) -> None:
-    """What bulk_create does for new messages (no signals; auto_now stamps), as one plain
-    multi-row INSERT. On PostgreSQL bulk_create sends each column as an array to UNNEST,
-    and psycopg's client-side binding quoted every element of every array in Python: the
-    send's costliest statement."""
-    meta = Message._meta
-    fields = meta.concrete_fields
+def _insert_rows(instances: list) -> None:
+    """What bulk_create does for new rows of one model (no signals; auto_now stamps), as
+    one plain multi-row INSERT. On PostgreSQL bulk_create sends each column as an array to
+    UNNEST, and psycopg's client-side binding quoted every element of every array in Python:
+    the send's costliest statement. And Model.save (QuerySet.create) built its INSERT through
+    the ORM at a cost several times that of running it. An auto-increment key is left to
+    the database and not read back (the instances keep pk None)."""
+    meta = instances[0]._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
     quote = connection.ops.quote_name
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-        f"VALUES {', '.join([row] * len(messages))}"
+        f"VALUES {', '.join([row] * len(instances))}"
     )
     params = []
-    for message in messages:
-        message._prepare_related_fields_for_save(operation_name="bulk_create")
-        params += [f.get_db_prep_save(f.pre_save(message, True), connection) for f in fields]
+    for instance in instances:
+        instance._prepare_related_fields_for_save(operation_name="bulk_create")
+        params += [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-    for message in messages:
-        message._state.adding = False
-        message._state.db = connection.alias
+    for instance in instances:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
+def _usage_event_create(*, user_id, action: str) -> None:
+    _insert_rows([UsageEvent(user_id=user_id, action=action)])
 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:

@@ -9,9 +9,9 @@ then pay 4x their rows in every linear layer and 2x in attention, deep in a long
 Whether a smaller call gives each row the bits of the full one is a property of the kernels
 of this CPU, at this thread count, for this shape: not something to assume. So each shape is
 tried once, on random rows: the full call against calls of fewer rows taken from everywhere
-in it (a few tens of milliseconds for attention deep in a long prompt, once per depth of 256
-positions per process; hf_prefill probes every depth while the server is idle after it
-starts, else the first prefill to meet a shape pays for it). A smaller call is used only
+in it (for attention tens of milliseconds, up to ~250 deep in a long prompt, once per depth
+of 256 positions per process; hf_prefill probes every depth while the server is idle after
+it starts, else the first prefill to meet a shape pays for it). A smaller call is used only
 where every row came out bit for bit the same (and the call was faster); everywhere else the
 full tile, as before. Which count a call uses then changes only its speed, never a bit of a
 prompt's KV.
@@ -26,7 +26,13 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
-STEP = 16  # narrow calls are multiples of this many rows (prefill.MIN_ROWS)
+STEP = 16  # narrow linear calls are multiples of this many rows (prefill.MIN_ROWS)
+# narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
+# rises in steps of its row count (against 4,096 keys on a Zen 5: 0.7 ms at 8 rows per head,
+# 1.2 at 16, 2.3-2.5 at 24-32), so 8 rows fewer can be a step less. In one process,
+# alternating, next turns deep in a ~4,100-token conversation took 2-17% less (medians of
+# pairs) with these than with multiples of 16 (bench/README.md)
+ATTENTION_STEP = 8
 enabled = True  # tests turn it off to compare; nothing else does
 _linear: dict[tuple, tuple[int, ...]] = {}
 _attention: dict[tuple, tuple[int, ...]] = {}
@@ -41,11 +47,15 @@ def linear_rows(rows: int, weight: torch.Tensor, bias: torch.Tensor | None, tile
 
 
 def attention_widths(key: tuple, prober: Callable[[], Callable]) -> tuple[int, ...]:
-    """Query rows per head (multiples of STEP below a tile) an attention call of shape `key`
-    may take instead of its whole tile (key[0] rows). `prober()`, called once per key, makes
-    the probe's call: `attend(r0, r1)` on the tile's rows [r0, r1), returning its outputs
-    with the rows along their first axis."""
-    return _cached(_attention, (*key, torch.get_num_threads()), lambda: _probe(prober(), key[0]))
+    """Query rows per head (multiples of ATTENTION_STEP below a tile) an attention call of
+    shape `key` may take instead of its whole tile (key[0] rows). `prober()`, called once per
+    key, makes the probe's call: `attend(r0, r1)` on the tile's rows [r0, r1), returning its
+    outputs with the rows along their first axis."""
+    return _cached(
+        _attention,
+        (*key, torch.get_num_threads()),
+        lambda: _probe(prober(), key[0], ATTENTION_STEP),
+    )
 
 
 def _cached(cache: dict, key: tuple, probe: Callable[[], tuple[int, ...]]) -> tuple[int, ...]:
@@ -69,25 +79,31 @@ def _probe_linear(weight: torch.Tensor, bias: torch.Tensor | None, tile: int) ->
     def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
         return (F.linear(x[r0:r1].clone(), weight, bias),)
 
-    return _probe(call, tile)
+    return _probe(call, tile, STEP)
 
 
-def _probe(call: Callable[[int, int], tuple[torch.Tensor, ...]], tile: int) -> tuple[int, ...]:
-    """The widths whose calls gave exactly the full call's rows wherever in the tile they
-    started (at multiples of STEP), and took less time than it (best of two)."""
+def _probe(
+    call: Callable[[int, int], tuple[torch.Tensor, ...]], tile: int, step: int
+) -> tuple[int, ...]:
+    """The widths (multiples of `step`) that took less time than the full call (best of two,
+    at the tile's start) and gave exactly its rows wherever in the tile they started (at
+    multiples of `step`). A width that is not faster is not checked: the probe runs inside
+    a prefill step when the server was not idle before it."""
     full, full_time = _timed(call, 0, tile)
+
+    def same(r0: int, width: int, outs: tuple[torch.Tensor, ...]) -> bool:
+        return all(
+            torch.equal(part, whole[r0 : r0 + width])
+            for part, whole in zip(outs, full, strict=True)
+        )
+
     widths = []
-    for width in range(STEP, tile, STEP):
-        same, spent = True, 0.0
-        for r0 in range(0, tile - width + 1, STEP):
-            outs, spent_here = _timed(call, r0, r0 + width)
-            spent = max(spent, spent_here)
-            same = same and all(
-                torch.equal(part, whole[r0 : r0 + width])
-                for part, whole in zip(outs, full, strict=True)
-            )
-        if same and spent < full_time:
-            widths.append(width)
+    for width in range(step, tile, step):
+        outs, spent = _timed(call, 0, width)
+        if spent < full_time and same(0, width, outs):
+            starts = range(step, tile - width + 1, step)
+            if all(same(r0, width, call(r0, r0 + width)) for r0 in starts):
+                widths.append(width)
     return tuple(widths)
 
 

@@ -108,8 +108,9 @@ class PrefillPlan:
         edges = sorted({lo, hi, *range(lo - (lo - s) % TILE + TILE, hi, TILE)})
         out: list[tuple[int, int, tuple[int, int] | None]] = []
         for a, b in zip(edges, edges[1:], strict=False):
-            r0 = (a - s) % TILE // narrow.STEP * narrow.STEP
-            r1 = -(-((b - s - 1) % TILE + 1) // narrow.STEP) * narrow.STEP
+            step = narrow.ATTENTION_STEP
+            r0 = (a - s) % TILE // step * step
+            r1 = -(-((b - s - 1) % TILE + 1) // step) * step
             width = next((w for w in widths if w >= r1 - r0), None)
             rows = None if width is None else (min(r0, TILE - width), min(r0, TILE - width) + width)
             if rows is None and out and out[-1][2] is None:

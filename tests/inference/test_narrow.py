@@ -32,10 +32,22 @@ def tile_call(tile: int, drift: dict[int, float], per_row_s: float = 2e-5):
 
 
 def test_a_width_is_kept_only_where_every_row_keeps_its_bits() -> None:
-    call, calls = tile_call(64, {32: 1e-3})
-    assert narrow.attention_widths((64, "shape"), lambda: call) == (16, 48)
-    # every start at a multiple of 16 was tried for each width
-    assert {(0, 16), (16, 32), (32, 48), (48, 64), (0, 48), (16, 64)} <= set(calls)
+    call, calls = tile_call(64, {32: 1e-3}, per_row_s=1e-4)
+    assert narrow.attention_widths((64, "shape"), lambda: call) == (8, 16, 24, 40, 48, 56)
+    # every start at a multiple of ATTENTION_STEP was tried for each width kept
+    assert narrow.ATTENTION_STEP == 8
+    assert {(0, 8), (8, 16), (56, 64), (0, 48), (8, 56), (16, 64), (0, 56), (8, 64)} <= set(calls)
+
+
+def test_a_width_off_at_one_start_only_is_not_kept() -> None:
+    base = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+
+    def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
+        time.sleep(1e-4 * (r1 - r0))
+        off = 1e-3 if (r0, r1) == (40, 56) else 0.0  # a remainder path at one offset
+        return (base[r0:r1] + off,)
+
+    assert 16 not in narrow.attention_widths((64, "one start"), lambda: call)
 
 
 def test_a_width_slower_than_the_whole_tile_is_not_kept() -> None:

@@ -100,3 +100,22 @@ def test_a_few_queries_attend_in_their_own_rows_not_their_whole_tile(
     assert 3 * 32 in rows and 3 * prefill_attention.TILE in rows
     assert torch.allclose(out.float(), padded.float(), atol=1e-2)
     assert torch.allclose(out_job.kv.float(), padded_job.kv.float())
+
+
+def test_a_few_queries_take_widths_in_steps_of_eight_rows(
+    qkv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same 30 tokens (rows 40-63 of one tile, 0-5 of the next) with every width the
+    probe can allow: 24 rows and 8, where multiples of 16 took 32 and 16."""
+    q, k, v = qkv
+    sizes = [2 * ATTN_BLOCK + 40, 30, q.shape[2] - 2 * ATTN_BLOCK - 70]
+    whole, _ = run_pieces(q, k, v, [q.shape[2]])
+    monkeypatch.setattr(narrow, "attention_widths", lambda key, prober: (8, 16, 24, 32, 40, 48, 56))
+    rows: list[int] = []
+    attend = prefill_attention._attend
+    monkeypatch.setattr(
+        prefill_attention, "_attend", lambda q, *a: rows.append(q.shape[2]) or attend(q, *a)
+    )
+    out, _ = run_pieces(q, k, v, sizes)
+    assert 3 * 24 in rows and 3 * 8 in rows and 3 * 32 not in rows
+    assert torch.allclose(out.float(), whole.float(), atol=1e-2)

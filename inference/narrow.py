@@ -28,10 +28,10 @@ from torch.nn import functional as F
 
 STEP = 16  # narrow linear calls are multiples of this many rows (prefill.MIN_ROWS)
 # narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
-# rises in steps of its row count (against 4,096 keys on a Zen 5: 0.7 ms at 8 rows per head,
-# 1.2 at 16, 2.3-2.5 at 24-32), so 8 rows fewer can be a step less. In one process,
-# alternating, next turns deep in a ~4,100-token conversation took 2-17% less (medians of
-# pairs) with these than with multiples of 16 (bench/README.md)
+# rises in steps of its row count (against 4,096 keys in bfloat16 on a Zen 5: 0.8-0.9 ms at
+# 8 rows per head, 1.3 at 16, 2.1-2.4 at 24-32), so 8 rows fewer can be a step less. In one
+# process, alternating, next turns deep in a ~4,100-token conversation took 1-17% less
+# (medians of pairs) with these than with multiples of 16 (bench/README.md)
 ATTENTION_STEP = 8
 enabled = True  # tests turn it off to compare; nothing else does
 _linear: dict[tuple, tuple[int, ...]] = {}

@@ -107,8 +107,8 @@ class PrefillPlan:
             return [(lo, hi, None)]
         edges = sorted({lo, hi, *range(lo - (lo - s) % TILE + TILE, hi, TILE)})
         out: list[tuple[int, int, tuple[int, int] | None]] = []
+        step = narrow.ATTENTION_STEP
         for a, b in zip(edges, edges[1:], strict=False):
-            step = narrow.ATTENTION_STEP
             r0 = (a - s) % TILE // step * step
             r1 = -(-((b - s - 1) % TILE + 1) // step) * step
             width = next((w for w in widths if w >= r1 - r0), None)

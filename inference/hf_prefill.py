@@ -70,9 +70,9 @@ class Prefiller:
         self.sealed: PrefillJob | None = None
         self.stages = StagedForward(model) if prefill_stages.supports(model) else None
         # key blocks whose narrow calls (inference/narrow.py) are not probed yet: a probe
-        # deep in a prompt took 50-75 ms (240-250 ms at depth 7,936 with attention's widths
-        # in steps of 8, on a Zen 5), inside the step of the first prompt to reach that
-        # depth (a running stream's gap, a next turn's TTFT); probed while the server is idle
+        # deep in a prompt took up to 240-250 ms (depth 7,936 on a Zen 5), inside the step
+        # of the first prompt to reach that depth (a running stream's gap, a next turn's
+        # TTFT); probed while the server is idle
         blocks = getattr(cfg, "max_position_embeddings", 0) // ATTN_BLOCK
         self.unprobed = deque(range(1, blocks) if self.device.type == "cpu" else ())
         self.staged: Staged | None = None  # a chunk part-way through the layers

@@ -276,7 +276,7 @@ def test_idle_time_probes_every_key_block_so_no_prompts_step_pays_for_one(
 
 
 def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: Any) -> None:
-    """Its history is in place already: no fresh buffer, no copy from the cache (30-50 ms of
+    """Its history is in place already: no fresh buffer, no copy from the cache (30-69 ms of
     a 4,000-token conversation's next turn). Another prompt leaves that buffer alone."""
     prompt = encode_chat(loaded_model.tokenizer, TURN1)
     prefiller = Prefiller(loaded_model.model, 0, 64 * 2**20)

@@ -63,8 +63,13 @@ class Conversation(SamplingFields):
         API = "api"  # a call to the site's /v1/chat/completions with an API key
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of its own: conv_owner_recent begins with it and serves its lookups, and a
+    # second index would be one more B-tree written in every send (migration 0007)
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="conversations",
+        db_index=False,
     )
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
@@ -104,8 +109,8 @@ class Message(models.Model):
         INTERRUPTED = "interrupted"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="messages"
+    conversation = models.ForeignKey(  # msg_conv_order indexes it (see Conversation.owner)
+        Conversation, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
@@ -165,7 +170,9 @@ class UsageEvent(models.Model):
         REPLY = "reply"
         CONVERSATION = "conversation"
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(  # usage_user_recent indexes it (see Conversation.owner)
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     action = models.CharField(max_length=16, choices=Action.choices)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -223,8 +230,11 @@ class UsageDay(models.Model):
     """What one user used of one model on one day (UTC), from the page or the API: one row
     upserted as each reply ends, in the transaction that saves the reply's final state."""
 
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage_days"
+    user = models.ForeignKey(  # usage_day_unique indexes it (see Conversation.owner)
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="usage_days",
+        db_index=False,
     )
     day = models.DateField()
     model = models.CharField(max_length=200, blank=True)

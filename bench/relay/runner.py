@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from bench.relay.clients import new_http, sign_in
+from bench.relay.database import ensure_database
 from bench.relay.rounds import idle_streams, reconnect_storm, run_round, send_burst
 from bench.relay.stats import ProcessStats
 from tests.support.processes import InferenceServer, SiteServer
@@ -159,14 +160,18 @@ def _cell(value) -> str:
 
 
 def run(args) -> dict:
-    """Start the fake inference server and the site processes, measure, stop them."""
+    """Start the fake inference server and the site processes, measure, stop them (also
+    when one of them fails to start)."""
+    if args.database_url and ensure_database(args.database_url):
+        print(f"created the benchmark's database ({args.database_url})")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         inference = InferenceServer(
             tmp, engine="fake", FAKE_TOKENS_PER_SECOND=args.rate, MAX_BATCH=5000, MAX_QUEUE=5000
         ).start()
-        sites = _start_sites(args, tmp, inference)
+        sites: list[SiteServer] = []
         try:
+            _start_sites(args, tmp, inference, sites)
             return asyncio.run(measure(args, sites, inference))
         finally:
             for site in sites:
@@ -187,19 +192,19 @@ def site_env(inference_url: str) -> dict:
     )
 
 
-def _start_sites(args, tmp: Path, inference: InferenceServer) -> list[SiteServer]:
+def _start_sites(args, tmp: Path, inference: InferenceServer, sites: list[SiteServer]) -> None:
+    """Starts args.sites site processes into `sites` (the caller stops them)."""
     env = site_env(inference.url)
     if args.database_url:
         env["DATABASE_URL"] = args.database_url
     if args.redis_url:
         env["REDIS_URL"] = args.redis_url
-    sites = []
     for index in range(args.sites):
         site = SiteServer(tmp, tmp / "var", **env)
-        sites.append(site.start(migrate=index == 0))
+        sites.append(site)
+        site.start(migrate=index == 0)
     for site in sites:
         httpx.get(f"{site.url}/accounts/login/", timeout=30)
-    return sites
 
 
 def main() -> None:

@@ -48,3 +48,25 @@ def test_short_load_run_loses_nothing_and_holds_idle_streams_without_threads():
     idle = out["idle"]
     assert idle["idle_streams"] == 100
     assert idle["threads"] - idle["threads_before"] < 10, "an OS thread per open stream is back"
+
+
+def test_a_site_that_fails_to_start_leaves_no_inference_server_running(monkeypatch):
+    from bench.relay import runner
+
+    started = []
+
+    class Recorded(runner.InferenceServer):
+        def start(self, *args, **kwargs):
+            started.append(self)
+            return super().start(*args, **kwargs)
+
+    def failing_start(self, migrate=True):
+        raise RuntimeError("manage.py migrate --noinput failed")
+
+    monkeypatch.setattr(runner, "InferenceServer", Recorded)
+    monkeypatch.setattr(runner.SiteServer, "start", failing_start)
+    args = relay.parse_args(["--streams", "1", "--tokens", "1", "--sends", "0", "--idle", "0"])
+    with pytest.raises(RuntimeError, match="migrate"):
+        relay.run(args)
+    (inference,) = started
+    assert inference.process.popen.poll() is not None

@@ -149,9 +149,11 @@ class Prefiller:
         if job is not None:  # cancelled while its prompt was prefilled: keep what was computed
             self._cache(job)
             return
+        # all of them, not only the whole blocks the cache keeps: the buffer kept for the
+        # next turn (_take_sealed) then holds the reply's last partial block too, which that
+        # turn would otherwise compute again among its own new tokens
         tokens = list(seq.prompt_ids) + list(seq.generated)
-        tokens = tokens[: len(tokens) // BLOCK * BLOCK]  # only whole blocks are ever reused
-        if self.cache is None or len(tokens) <= len(seq.prompt_ids) // BLOCK * BLOCK:
+        if self.cache is None or not seq.generated:
             return
         self.seals.append(PrefillJob(tokens, torch.empty(0)))  # its KV is set up when it runs
         while len(self.seals) > MAX_SEALS:
@@ -167,7 +169,7 @@ class Prefiller:
         tokens = list(seq.prompt_ids)
         # a finished reply this prompt continues (its next turn) is cached with this prompt
         # when it completes: computing it in the background as well would only delay it
-        self.seals = deque(s for s in self.seals if tokens[: len(s.tokens)] != s.tokens)
+        self.seals = deque(s for s in self.seals if not _continues(tokens, s.tokens))
         job = self.jobs[id(seq)] = self._job(tokens, seq, count=True)
         return job
 
@@ -198,12 +200,12 @@ class Prefiller:
         sealed = self.sealed
         if sealed is None:
             return None, 0
-        n = len(sealed.tokens)
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
-        if n > limit or not fits or tokens[:n] != sealed.tokens:
+        if not fits or not _continues(tokens[:limit], sealed.tokens):
             return None, 0
-        self._keep(None)  # one prompt's own from now on: its KV is written past n
-        return sealed.kv, n
+        self._keep(None)  # one prompt's own from now on: its KV is written past `have`
+        # the KV past the tokens both share came from the old ones: it is computed again
+        return sealed.kv, min(_common(tokens, sealed.tokens), limit)
 
     def _keep(self, job: PrefillJob | None) -> None:
         """The buffer kept for a next turn (_take_sealed), its size in the cache's stats."""
@@ -321,6 +323,21 @@ class Prefiller:
         if staged.logits is None:
             return {}
         return {p.job: staged.logits[0, i] for i, p in enumerate(staged.ending)}
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of a and b."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _continues(tokens: list[int], history: list[int]) -> bool:
+    """Whether `tokens` start with `history`, or at least with all its whole cache blocks:
+    a next turn's prompt may tokenize the end of the reply before it otherwise than it was
+    decoded, and only the tokens after the blocks it shares are then computed again."""
+    whole = len(history) // BLOCK * BLOCK
+    shared = len(history) if tokens[: len(history)] == history else _common(tokens, history)
+    return shared == len(history) or (whole > 0 and shared >= whole)
 
 
 def _whole_blocks(tokens: int) -> int:

@@ -288,7 +288,8 @@ def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: A
     while prefiller.has_background():
         prefiller.background()
     sealed = prefiller.sealed
-    assert sealed is not None and len(sealed.tokens) == (len(prompt) + TOKENS) // BLOCK * BLOCK
+    # the whole reply, its last partial block too (the cache keeps only whole blocks)
+    assert sealed is not None and sealed.tokens == [*prompt, *turn1.generated]
     assert prefiller.stats.kept_bytes == sealed.kv.nbytes  # reported: it is outside the bound
 
     other = prefiller._start(_Seq(encode_chat(loaded_model.tokenizer, [Message("user", "Hi")])))
@@ -296,9 +297,48 @@ def test_a_next_turn_continues_in_the_buffer_of_its_cached_reply(loaded_model: A
     room = sealed.kv.shape[KV_TOKEN_DIM] - len(sealed.tokens)
     too_long = prefiller._start(_Seq([*sealed.tokens, *[42] * (room + 1)]))  # a long paste
     assert too_long.kv.data_ptr() != sealed.kv.data_ptr() and prefiller.sealed is sealed
-    assert too_long.done == len(sealed.tokens)  # its history copied from the cache instead
+    # its history copied from the cache instead, in whole blocks
+    assert too_long.done == len(sealed.tokens) // BLOCK * BLOCK
 
     turn2 = prefiller._start(_Seq([*prompt, *turn1.generated, 42, 43, 44]))
     assert turn2.kv.data_ptr() == sealed.kv.data_ptr() and prefiller.sealed is None
     assert prefiller.stats.kept_bytes == 0
     assert turn2.done == len(sealed.tokens)
+
+
+def _sealed_turn(loaded: Any) -> tuple[Prefiller, list[int], list[int]]:
+    """A prefiller holding turn 1's prompt and reply (its KV buffer kept for the next turn)."""
+    prompt = encode_chat(loaded.tokenizer, TURN1)
+    prefiller = Prefiller(loaded.model, 0, 64 * 2**20)
+    turn1 = _Seq(prompt)
+    while not prefiller.step([turn1]):
+        pass
+    turn1.generated = list(range(1000, 1000 + TOKENS + 5))
+    assert (len(prompt) + len(turn1.generated)) % BLOCK  # its reply ends in a partial block
+    prefiller.finished(turn1)
+    while prefiller.has_background():
+        prefiller.background()
+    return prefiller, prompt, turn1.generated
+
+
+@pytest.mark.parametrize("kept", [TOKENS + 5, TOKENS + 2], ids=["as-decoded", "retokenized"])
+def test_a_next_turn_computes_only_what_follows_the_reply_it_shares(
+    loaded_model: Any, kept: int
+) -> None:
+    """Not the reply's last partial block again, and where the next prompt tokenizes the
+    reply's end otherwise than it was decoded, from where the two part; its KV and logits
+    are still exactly a cold prefill's."""
+    prefiller, prompt, reply = _sealed_turn(loaded_model)
+    kept_buffer = prefiller.sealed.kv.data_ptr()
+    turn2 = [*prompt, *reply[:kept], 7, 8, 42]
+    seq = _Seq(turn2)
+    job = prefiller._start(seq)
+    assert job.kv.data_ptr() == kept_buffer and prefiller.sealed is None
+    assert job.done == len(prompt) + kept
+    done = {}
+    while not done:
+        done = prefiller.step([seq])
+    cold_kv, cold_logits = _prefill(loaded_model, turn2, [len(turn2)])
+    n = len(turn2)
+    assert torch.equal(job.kv[..., :n, :], cold_kv[..., :n, :])
+    assert torch.equal(done[id(seq)][1], cold_logits)

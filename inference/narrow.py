@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch.nn import functional as F
+
+from inference import onednn
 
 STEP = 16  # narrow linear calls are multiples of this many rows (prefill.MIN_ROWS)
 # narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
@@ -39,10 +40,14 @@ _attention: dict[tuple, tuple[int, ...]] = {}
 _lock = threading.Lock()
 
 
-def linear_rows(rows: int, weight: torch.Tensor, bias: torch.Tensor | None, tile: int) -> int:
-    """How many rows (`rows` and zero padding) a prefill's last call through `weight` takes."""
-    key = (tuple(weight.shape), weight.dtype, bias is not None, tile, torch.get_num_threads())
-    widths = _cached(_linear, key, lambda: _probe_linear(weight, bias, tile))
+def linear_rows(
+    rows: int, weight: torch.Tensor, bias: torch.Tensor | None, tile: int, packed: bool = False
+) -> int:
+    """How many rows (`rows` and zero padding) a prefill's last call through `weight` takes
+    (`packed`: in oneDNN's layout, inference/onednn.py)."""
+    key = (tuple(weight.shape), weight.dtype, bias is not None, tile, packed)
+    key += (torch.get_num_threads(),)
+    widths = _cached(_linear, key, lambda: _probe_linear(weight, bias, tile, packed))
     return next((w for w in widths if w >= rows), tile)
 
 
@@ -70,14 +75,16 @@ def _cached(cache: dict, key: tuple, probe: Callable[[], tuple[int, ...]]) -> tu
     return found
 
 
-def _probe_linear(weight: torch.Tensor, bias: torch.Tensor | None, tile: int) -> tuple[int, ...]:
+def _probe_linear(
+    weight: torch.Tensor, bias: torch.Tensor | None, tile: int, packed: bool
+) -> tuple[int, ...]:
     if weight.device.type != "cpu":
         return ()
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(tile, weight.shape[1], generator=gen).to(weight.dtype)
 
     def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
-        return (F.linear(x[r0:r1].clone(), weight, bias),)
+        return (onednn.linear(x[r0:r1].clone(), weight, bias, packed),)
 
     return _probe(call, tile, STEP)
 

@@ -13,9 +13,10 @@ Those kernels win only for a few rows (`python -m bench.decode_rows` measures wh
 paying; its figures are in bench/README.md), and a prefill (hundreds of rows) is several
 times slower through them. So each layer also keeps its weights in bfloat16 and multiplies
 through them when a call has more than FEW_ROWS rows (prefill, big batches): memory is
-bfloat16's plus a third, the speed the better of the two, and a prompt is read exactly as
-DTYPE=bfloat16 reads it. On a CPU where oneDNN's bfloat16 is slower than float32 (no AMX),
-PREFILL_DTYPE=auto keeps those weights in float32 instead (`faster_dense_dtype`).
+bfloat16's plus a third (and a oneDNN-packed copy of the LM head, inference/onednn.py), the
+speed the better of the two, and a prompt is read exactly as DTYPE=bfloat16 reads it. On a
+CPU where oneDNN's bfloat16 is slower than float32 (no AMX), PREFILL_DTYPE=auto keeps those
+weights in float32 instead (`faster_dense_dtype`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from inference import narrow
+from inference import narrow, onednn
 
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
@@ -64,13 +64,14 @@ class Int4Linear(nn.Module):
         # the original weights, not the 4-bit ones: closer to the source (int4 rounds its
         # scale and offset to bf16), and a prefill through them matches DTYPE=bfloat16 exactly
         self.register_buffer("dense", linear.weight.detach().to(torch.bfloat16))
+        self.dense_packed = False  # `dense` in oneDNN's layout (set_dense_dtype packs it)
         bias = linear.bias.detach().to(torch.bfloat16) if linear.bias is not None else None
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
         if not _few_rows(x):
-            return _many_rows(x, self.dense, self.bias)
+            return _many_rows(x, self.dense, self.bias, packed=self.dense_packed)
         flat = x.reshape(-1, self.in_features)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             flat, self.packed, self.group, self.scales_zeros
@@ -78,6 +79,15 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+    def plain_dense(self) -> torch.Tensor:
+        """The dense weights [out, in] in the plain layout."""
+        return onednn.unpack(self.dense, self.in_features) if self.dense_packed else self.dense
+
+    def set_dense(self, dense: torch.Tensor) -> None:
+        """Keeps `dense` (plain) as the dense weights, prepacked for oneDNN where it can be."""
+        packed = onednn.pack(dense)
+        self.dense, self.dense_packed = (dense, False) if packed is None else (packed, True)
 
 
 def _pack_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +127,7 @@ class FusedInt4(nn.Module):
         self.in_features, self.group = first.in_features, first.group
         self.sizes = [p.out_features for p in parts]
         self.out_features = sum(self.sizes)
-        packed, scales_zeros = _pack_int4(torch.cat([p.dense for p in parts]), first.group)
+        packed, scales_zeros = _pack_int4(torch.cat([p.plain_dense() for p in parts]), first.group)
         self.register_buffer("packed", packed)
         self.register_buffer("scales_zeros", scales_zeros)
         bias = None if first.bias is None else torch.cat([p.bias for p in parts])
@@ -148,10 +158,16 @@ class Int8Linear(nn.Module):
         self.register_buffer("q", (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
         self.register_buffer("scale", scale.to(torch.bfloat16))
         self.weight = weight  # shared with the embedding: costs no memory
+        # a prefill's call prepacked for oneDNN (inference/onednn.py): a copy (the embedding
+        # needs the plain layout), 56 MB for the bundled model, which saved the reorder of the
+        # whole weight in every prompt's last step
+        self.register_buffer("packed_weight", onednn.pack(weight), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
         if not _few_rows(x):
+            if self.packed_weight is not None:
+                return _many_rows(x, self.packed_weight, None, HEAD_TILE, packed=True)
             return _many_rows(x, self.weight, None, HEAD_TILE)
         flat = x.reshape(-1, self.in_features)
         return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(
@@ -160,7 +176,11 @@ class Int8Linear(nn.Module):
 
 
 def invariant_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tile: int = TILE
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    tile: int = TILE,
+    packed: bool = False,
 ) -> torch.Tensor:
     """F.linear, each output row with the same bits whatever rows come with it in the call.
 
@@ -170,27 +190,32 @@ def invariant_linear(
     beside it and the cached prefix. Calls of exactly TILE rows (the last one zero padded)
     always take the same kernel, which is as fast for hundreds of rows. The rows past the
     last whole tile go in a smaller call where this CPU was seen to give them the same bits
-    (inference/narrow.py): a next turn's few new tokens need not pay for a whole tile."""
+    (inference/narrow.py): a next turn's few new tokens need not pay for a whole tile.
+    `packed`: `weight` is in oneDNN's layout (inference/onednn.py)."""
     flat = x.reshape(-1, x.shape[-1])
     rows = flat.shape[0]
     whole = rows - rows % tile
-    out = [F.linear(flat[i : i + tile], weight, bias) for i in range(0, whole, tile)]
+    out = [onednn.linear(flat[i : i + tile], weight, bias, packed) for i in range(0, whole, tile)]
     if rows > whole:
-        width = narrow.linear_rows(rows - whole, weight, bias, tile)
+        width = narrow.linear_rows(rows - whole, weight, bias, tile, packed)
         last = torch.cat([flat[whole:], flat.new_zeros((whole + width - rows, flat.shape[1]))])
-        out.append(F.linear(last, weight, bias)[: rows - whole])
+        out.append(onednn.linear(last, weight, bias, packed)[: rows - whole])
     return torch.cat(out).reshape(*x.shape[:-1], weight.shape[0])
 
 
 def _many_rows(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tile: int = TILE
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    tile: int = TILE,
+    packed: bool = False,
 ) -> torch.Tensor:
     if weight.dtype != x.dtype:  # float32 dense weights (set_dense_dtype): bfloat16 in and out
         bias = None if bias is None else bias.to(weight.dtype)
-        return _many_rows(x.to(weight.dtype), weight, bias, tile).to(x.dtype)
+        return _many_rows(x.to(weight.dtype), weight, bias, tile, packed).to(x.dtype)
     if dense_forced():  # a prefill: its bits must not depend on the packing
-        return invariant_linear(x, weight, bias, tile)
-    return F.linear(x, weight, bias)
+        return invariant_linear(x, weight, bias, tile, packed)
+    return onednn.linear(x, weight, bias, packed)
 
 
 def _few_rows(x: torch.Tensor) -> bool:
@@ -274,10 +299,12 @@ def dense_dtype(model: Any) -> torch.dtype | None:
 
 
 def set_dense_dtype(model: Any, dtype: torch.dtype) -> None:
-    """Keeps the int4 layers' dense weights (a prefill's, a big batch's) in `dtype`, in place."""
+    """Keeps the int4 layers' dense weights (a prefill's, a big batch's) in `dtype`, in place,
+    bfloat16 ones prepacked for oneDNN (inference/onednn.py)."""
     for module in model.modules():
         if isinstance(module, Int4Linear):
-            module.dense = module.dense.to(dtype)
+            module.set_dense(module.plain_dense().to(dtype))
+    onednn.release_freed()
 
 
 def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
@@ -288,14 +315,19 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
     layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
     if not layers:
         return torch.bfloat16
-    dense = max(layers, key=lambda m: m.dense.numel()).dense
+    dense = max(layers, key=lambda m: m.dense.numel()).plain_dense()
     x = torch.randn(TILE, dense.shape[1], dtype=torch.bfloat16)
-    weights = {dtype: dense.to(dtype) for dtype in (torch.bfloat16, torch.float32)}
+    plain = dense.to(torch.bfloat16)
+    packed = onednn.pack(plain)  # as set_dense_dtype would keep it
+    weights = {
+        torch.bfloat16: (plain, False) if packed is None else (packed, True),
+        torch.float32: (dense.to(torch.float32), False),
+    }
     best = dict.fromkeys(weights, float("inf"))
     for _ in range(rounds):
-        for dtype, w in weights.items():
+        for dtype, (w, is_packed) in weights.items():
             start = time.perf_counter()
-            F.linear(x.to(dtype), w).to(torch.bfloat16)
+            onednn.linear(x.to(dtype), w, None, is_packed).to(torch.bfloat16)
             best[dtype] = min(best[dtype], time.perf_counter() - start)
     return torch.float32 if best[torch.bfloat16] > SLOWER * best[torch.float32] else torch.bfloat16
 

@@ -63,16 +63,19 @@ def test_a_prefills_rows_past_its_last_whole_tile_take_the_width_the_probe_allow
 ) -> None:
     layer = quant.tile_prefill(torch.nn.Sequential(torch.nn.Linear(576, 256))).to(torch.bfloat16)
     x = torch.randn(TILE + 37, 576, dtype=torch.bfloat16)
-    monkeypatch.setattr(quant.narrow, "linear_rows", lambda rows, w, b, tile: 48)
+    monkeypatch.setattr(quant.narrow, "linear_rows", lambda rows, w, b, tile, packed=False: 48)
     calls: list[int] = []
-    linear = quant.F.linear
+    linear = quant.onednn.linear
     monkeypatch.setattr(
-        quant.F, "linear", lambda x, w, b=None: calls.append(x.shape[0]) or linear(x, w, b)
+        quant.onednn,
+        "linear",
+        lambda x, w, b, packed: calls.append(x.shape[0]) or linear(x, w, b, packed),
     )
     with quant.dense_only():
         out = layer(x)
     assert calls == [TILE, 48]
-    assert torch.allclose(out.float(), linear(x, layer[0].weight, layer[0].bias).float(), atol=1e-2)
+    exact = torch.nn.functional.linear(x, layer[0].weight, layer[0].bias)
+    assert torch.allclose(out.float(), exact.float(), atol=1e-2)
 
 
 def test_float32_dense_weights_keep_a_prefill_rows_bits_and_its_dtype() -> None:
@@ -96,14 +99,14 @@ def test_the_faster_dense_dtype_is_the_one_that_multiplies_faster(
 ) -> None:
     """A CPU without AMX can multiply bfloat16 slower than float32, one with AMX the other way
     round: the prefill's weights take whichever this CPU is faster at."""
-    linear = torch.nn.functional.linear
+    linear = quant.onednn.linear
 
     def timed(x: torch.Tensor, w: torch.Tensor, *rest: Any) -> torch.Tensor:
         if w.dtype == slow:
             time.sleep(0.003)
         return linear(x, w, *rest)
 
-    monkeypatch.setattr(quant.F, "linear", timed)
+    monkeypatch.setattr(quant.onednn, "linear", timed)
     model = torch.nn.Sequential(Int4Linear(torch.nn.Linear(64, 128)))
     faster = torch.float32 if slow == torch.bfloat16 else torch.bfloat16
     assert quant.faster_dense_dtype(model, rounds=2) == faster
@@ -270,9 +273,11 @@ def test_a_prefills_lm_head_multiplies_its_16_rows_in_one_call(monkeypatch) -> N
     TILE rows they cost 8x as much (bfloat16 without AMX)."""
     head = Int8Linear(torch.randn(4096, 576, dtype=torch.bfloat16))
     calls: list[int] = []
-    linear = quant.F.linear
+    linear = quant.onednn.linear
     monkeypatch.setattr(
-        quant.F, "linear", lambda x, w, b=None: calls.append(x.shape[0]) or linear(x, w, b)
+        quant.onednn,
+        "linear",
+        lambda x, w, b, packed: calls.append(x.shape[0]) or linear(x, w, b, packed),
     )
     with quant.dense_only():
         head(torch.randn(1, 16, 576, dtype=torch.bfloat16))

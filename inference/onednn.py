@@ -1,0 +1,68 @@
+"""bfloat16 weights prepacked once in oneDNN's blocked layout, for a prefill's matmuls.
+
+F.linear hands oneDNN a plain [out, in] weight, which it reorders into its blocked layout on
+every call: for a next turn's few rows that reorder is a third of the call (the bundled
+model's 30 layers at 16 rows, weights not in cache, on a 2-core Zen 5: 21.5 ms through
+F.linear, 14.1 ms prepacked; at 128 rows 61.8 and 46.2 ms). A packed weight replaces the
+plain one (same bytes), and `unpack` gives the plain one back exactly when it is needed
+(a change of dtype).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+
+def supported(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype is torch.bfloat16
+        and weight.dim() == 2
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` [out, in] in oneDNN's layout, or None where that is not possible here (or
+    would not give the weight back exactly)."""
+    if not supported(weight):
+        return None
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+        if torch.equal(unpack(packed, weight.shape[1]), weight):
+            return packed
+    except RuntimeError:
+        pass
+    return None
+
+
+def unpack(packed: torch.Tensor, in_features: int) -> torch.Tensor:
+    """The plain [out, in] weight of `packed`: the identity through it, exact (each output is
+    one weight times 1, summed with zeros)."""
+    eye = torch.eye(in_features, dtype=packed.dtype)
+    return linear(eye, packed, None, True).t().contiguous()
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool
+) -> torch.Tensor:
+    """F.linear, through a packed weight where `packed`."""
+    if not packed:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.ops.mkldnn._linear_pointwise(flat, weight, bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def release_freed() -> None:
+    """Hands the pages of freed tensors back to the system. glibc keeps the plain weights'
+    pages once they are replaced by packed ones: the server's resident memory stayed at
+    1.0-1.2 GB instead of 0.8 GB after loading the bundled model."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass

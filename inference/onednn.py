@@ -3,9 +3,9 @@
 F.linear hands oneDNN a plain [out, in] weight, which it reorders into its blocked layout on
 every call: for a next turn's few rows that reorder is a third of the call (the bundled
 model's 30 layers at 16 rows, weights not in cache, on a 2-core Zen 5: 21.5 ms through
-F.linear, 14.1 ms prepacked; at 128 rows 61.8 and 46.2 ms). A packed weight replaces the
-plain one (same bytes), and `unpack` gives the plain one back exactly when it is needed
-(a change of dtype).
+F.linear, 14.1 ms prepacked; at 128 rows 61.8 and 46.2 ms). The int4 layers' packed dense
+weights replace their plain ones (same bytes), and `unpack` gives a plain one back exactly
+when it is needed (a change of dtype); the LM head keeps a packed copy beside the embedding.
 """
 
 from __future__ import annotations

@@ -201,11 +201,12 @@ class Prefiller:
         if sealed is None:
             return None, 0
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
-        if not fits or not _continues(tokens[:limit], sealed.tokens):
+        shared = min(_common(tokens, sealed.tokens), limit)
+        if not fits or not _enough(shared, len(sealed.tokens)):
             return None, 0
-        self._keep(None)  # one prompt's own from now on: its KV is written past `have`
+        self._keep(None)  # one prompt's own from now on: its KV is written past `shared`
         # the KV past the tokens both share came from the old ones: it is computed again
-        return sealed.kv, min(_common(tokens, sealed.tokens), limit)
+        return sealed.kv, shared
 
     def _keep(self, job: PrefillJob | None) -> None:
         """The buffer kept for a next turn (_take_sealed), its size in the cache's stats."""
@@ -328,16 +329,21 @@ class Prefiller:
 def _common(a: list[int], b: list[int]) -> int:
     """The length of the longest common prefix of a and b."""
     n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+    if a[:n] == b[:n]:  # the usual case, compared at C speed
+        return n
+    return next(i for i in range(n) if a[i] != b[i])
+
+
+def _enough(shared: int, history: int) -> bool:
+    """Whether a prompt sharing its first `shared` tokens with a history of `history` tokens
+    continues it: all of it, or at least all its whole cache blocks (a next turn's prompt may
+    tokenize the end of the reply before it otherwise than it was decoded; only the tokens
+    after the ones it shares are then computed again)."""
+    return shared == history or shared >= history // BLOCK * BLOCK > 0
 
 
 def _continues(tokens: list[int], history: list[int]) -> bool:
-    """Whether `tokens` start with `history`, or at least with all its whole cache blocks:
-    a next turn's prompt may tokenize the end of the reply before it otherwise than it was
-    decoded, and only the tokens after the blocks it shares are then computed again."""
-    whole = len(history) // BLOCK * BLOCK
-    shared = len(history) if tokens[: len(history)] == history else _common(tokens, history)
-    return shared == len(history) or (whole > 0 and shared >= whole)
+    return _enough(_common(tokens, history), len(history))
 
 
 def _whole_blocks(tokens: int) -> int:

@@ -45,8 +45,14 @@ def linear_rows(
 ) -> int:
     """How many rows (`rows` and zero padding) a prefill's last call through `weight` takes
     (`packed`: in oneDNN's layout, inference/onednn.py)."""
-    key = (tuple(weight.shape), weight.dtype, bias is not None, tile, packed)
-    key += (torch.get_num_threads(),)
+    key = (
+        tuple(weight.shape),
+        weight.dtype,
+        bias is not None,
+        tile,
+        packed,
+        torch.get_num_threads(),
+    )
     widths = _cached(_linear, key, lambda: _probe_linear(weight, bias, tile, packed))
     return next((w for w in widths if w >= rows), tile)
 

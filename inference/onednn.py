@@ -40,6 +40,12 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+def prepared(weight: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """`weight` packed where it can be, else as it is; and whether it was packed."""
+    packed = pack(weight)
+    return (weight, False) if packed is None else (packed, True)
+
+
 def unpack(packed: torch.Tensor, in_features: int) -> torch.Tensor:
     """The plain [out, in] weight of `packed`: the identity through it, exact (each output is
     one weight times 1, summed with zeros)."""

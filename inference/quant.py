@@ -86,8 +86,7 @@ class Int4Linear(nn.Module):
 
     def set_dense(self, dense: torch.Tensor) -> None:
         """Keeps `dense` (plain) as the dense weights, prepacked for oneDNN where it can be."""
-        packed = onednn.pack(dense)
-        self.dense, self.dense_packed = (dense, False) if packed is None else (packed, True)
+        self.dense, self.dense_packed = onednn.prepared(dense)
 
 
 def _pack_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,14 +160,13 @@ class Int8Linear(nn.Module):
         # a prefill's call prepacked for oneDNN (inference/onednn.py): a copy (the embedding
         # needs the plain layout), 56 MB for the bundled model, which saved the reorder of the
         # whole weight in every prompt's last step
-        self.register_buffer("packed_weight", onednn.pack(weight), persistent=False)
+        self.many_rows_weight, self.many_rows_packed = onednn.prepared(weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
         if not _few_rows(x):
-            if self.packed_weight is not None:
-                return _many_rows(x, self.packed_weight, None, HEAD_TILE, packed=True)
-            return _many_rows(x, self.weight, None, HEAD_TILE)
+            weight, packed = self.many_rows_weight, self.many_rows_packed
+            return _many_rows(x, weight, None, HEAD_TILE, packed=packed)
         flat = x.reshape(-1, self.in_features)
         return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(
             *x.shape[:-1], self.out_features
@@ -317,10 +315,8 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
         return torch.bfloat16
     dense = max(layers, key=lambda m: m.dense.numel()).plain_dense()
     x = torch.randn(TILE, dense.shape[1], dtype=torch.bfloat16)
-    plain = dense.to(torch.bfloat16)
-    packed = onednn.pack(plain)  # as set_dense_dtype would keep it
-    weights = {
-        torch.bfloat16: (plain, False) if packed is None else (packed, True),
+    weights = {  # as set_dense_dtype would keep them
+        torch.bfloat16: onednn.prepared(dense.to(torch.bfloat16)),
         torch.float32: (dense.to(torch.float32), False),
     }
     best = dict.fromkeys(weights, float("inf"))

@@ -311,8 +311,9 @@ class Prefiller:
         }
         keep = None
         if ending:
+            # the LM head pads them to its tile of MIN_ROWS, or to a narrower call where
+            # this CPU gives each row the same bits (quant.HEAD_TILE, inference/narrow.py)
             rows = [p.offset + p.length - 1 for p in ending]
-            rows += rows[-1:] * (MIN_ROWS - len(rows))  # the LM head sees as many rows
             keep = torch.tensor(rows, device=self.device)
         return inputs, ending, keep
 

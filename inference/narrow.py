@@ -28,6 +28,11 @@ import torch
 from inference import onednn
 
 STEP = 16  # narrow linear calls are multiples of this many rows (prefill.MIN_ROWS)
+# narrow calls of a tile of at most STEP rows (the LM head's in a prefill: one row per prompt
+# that ends in the step, asked for 16): where this CPU computes each row on its own, a lone
+# next turn's head needs 1 row, not 16 (49,152 x 576 in bfloat16 on an AVX2 Zen 3, whose
+# bfloat16 is emulated: 58 ms for 16 rows, 5 ms for 1, the same bits)
+SMALL_WIDTHS = (1, 2, 4, 8)
 # narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
 # rises in steps of its row count (against 4,096 keys in bfloat16 on a Zen 5: 0.8-0.9 ms at
 # 8 rows per head, 1.3 at 16, 2.1-2.4 at 24-32), so 8 rows fewer can be a step less. In one
@@ -92,16 +97,22 @@ def _probe_linear(
     def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
         return (onednn.linear(x[r0:r1].clone(), weight, bias, packed),)
 
+    if tile <= STEP:
+        return _probe(call, tile, 1, tuple(w for w in SMALL_WIDTHS if w < tile))
     return _probe(call, tile, STEP)
 
 
 def _probe(
-    call: Callable[[int, int], tuple[torch.Tensor, ...]], tile: int, step: int
+    call: Callable[[int, int], tuple[torch.Tensor, ...]],
+    tile: int,
+    step: int,
+    candidates: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
-    """The widths (multiples of `step`) that took less time than the full call (best of two,
-    at the tile's start) and gave exactly its rows wherever in the tile they started (at
-    multiples of `step`). A width that is not faster is not checked: the probe runs inside
-    a prefill step when the server was not idle before it."""
+    """The widths (`candidates`, else the multiples of `step`) that took less time than the
+    full call (best of two, at the tile's start) and gave exactly its rows wherever in the
+    tile they started (at multiples of `step`; of a candidate's own width). A width
+    that is not faster is not checked: the probe runs inside a prefill step when the server
+    was not idle before it."""
     full, full_time = _timed(call, 0, tile)
 
     def same(r0: int, width: int, outs: tuple[torch.Tensor, ...]) -> bool:
@@ -111,10 +122,11 @@ def _probe(
         )
 
     widths = []
-    for width in range(step, tile, step):
+    for width in candidates or range(step, tile, step):
         outs, spent = _timed(call, 0, width)
         if spent < full_time and same(0, width, outs):
-            starts = range(step, tile - width + 1, step)
+            stride = width if candidates else step
+            starts = range(stride, tile - width + 1, stride)
             if all(same(r0, width, call(r0, r0 + width)) for r0 in starts):
                 widths.append(width)
     return tuple(widths)

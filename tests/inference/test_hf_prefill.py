@@ -80,6 +80,33 @@ def test_only_a_prompts_last_chunk_pays_for_the_lm_head(loaded_model: Any) -> No
     assert len(calls) == 1
 
 
+def test_a_prompts_first_logits_do_not_depend_on_the_prompts_ending_beside_it(
+    loaded_model: Any, prefill_dtype: torch.dtype
+) -> None:
+    """The LM head takes one row per prompt that ends in the step, in a call narrowed below
+    its 16-row tile only where this CPU gives each row the same bits (inference/narrow.py):
+    alone, beside two others, and with every call padded to its whole tile, the same logits."""
+    from inference import narrow
+
+    tok = loaded_model.tokenizer
+    prompts = [encode_chat(tok, [Message("user", q)]) for q in ("Hi!", "Name a colour.", "2+2?")]
+
+    def first_logits(together: list[list[int]]) -> list[torch.Tensor]:
+        pf = Prefiller(loaded_model.model, 0, 0)
+        jobs = [pf._start(_Seq(p)) for p in together]
+        done = pf._run([(job, len(job.tokens)) for job in jobs])
+        return [done[job] for job in jobs]
+
+    [alone] = first_logits(prompts[1:2])
+    beside = first_logits(prompts)[1]
+    narrow.enabled = False
+    try:
+        [padded] = first_logits(prompts[1:2])
+    finally:
+        narrow.enabled = True
+    assert torch.equal(alone, beside) and torch.equal(alone, padded)
+
+
 async def _greedy(engine: TransformersEngine, messages: list[Message]) -> list[int]:
     return (await _reply(engine, messages))[0]
 

@@ -101,3 +101,22 @@ def test_the_last_rows_of_a_linear_get_the_narrowest_width_that_holds_them() -> 
     for rows in (1, 16, 17, 100):
         expect = next((w for w in widths if w >= rows), 128)
         assert narrow.linear_rows(rows, weight, None, 128) == expect
+
+
+def test_a_tile_of_sixteen_rows_or_fewer_is_probed_at_one_two_four_and_eight_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The LM head's prefill call (16 rows): a lone prompt's row need not pay for 15 more."""
+    linear = narrow.onednn.linear
+    monkeypatch.setattr(
+        narrow.onednn,
+        "linear",
+        lambda x, w, b, packed: linear(x, w, b, packed) + (x.shape[0] == 2) * 1e-3,
+    )
+    weight = torch.randn(4096, 576, dtype=torch.bfloat16)
+    narrow.linear_rows(1, weight, None, 16)
+    [widths] = narrow._linear.values()
+    assert set(widths) <= {1, 4, 8}  # 2 rows drifted: never used
+    for rows in (1, 2, 3, 9):
+        expect = next((w for w in widths if w >= rows), 16)
+        assert narrow.linear_rows(rows, weight, None, 16) == expect

@@ -1,4 +1,4 @@
-"""bfloat16 weights prepacked once in oneDNN's blocked layout, for a prefill's matmuls.
+"""Weights prepacked once in oneDNN's blocked layout, for a prefill's matmuls.
 
 F.linear hands oneDNN a plain [out, in] weight, which it reorders into its blocked layout on
 every call: for a next turn's few rows that reorder is a third of the call (the bundled
@@ -6,6 +6,9 @@ model's 30 layers at 16 rows, weights not in cache, on a 2-core Zen 5: 21.5 ms t
 F.linear, 14.1 ms prepacked; at 128 rows 61.8 and 46.2 ms). The int4 layers' packed dense
 weights replace their plain ones (same bytes), and `unpack` gives a plain one back exactly
 when it is needed (a change of dtype); the LM head keeps a packed copy beside the embedding.
+float32 weights (PREFILL_DTYPE=float32, the choice of CPUs without AMX) are packed the same
+way: on a 2-core AVX2 AMD EPYC (Zen 3) the 30 layers at 16 rows took 64-67 ms through
+F.linear and 48-52 ms packed, at 128 rows 200 and 197 ms.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch.nn.functional as F
 def supported(weight: torch.Tensor) -> bool:
     return (
         weight.device.type == "cpu"
-        and weight.dtype is torch.bfloat16
+        and weight.dtype in (torch.bfloat16, torch.float32)
         and weight.dim() == 2
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")

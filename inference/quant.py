@@ -300,7 +300,7 @@ def dense_dtype(model: Any) -> torch.dtype | None:
 
 def set_dense_dtype(model: Any, dtype: torch.dtype) -> None:
     """Keeps the int4 layers' dense weights (a prefill's, a big batch's) in `dtype`, in place,
-    bfloat16 ones prepacked for oneDNN (inference/onednn.py)."""
+    prepacked for oneDNN where it can (inference/onednn.py)."""
     for module in model.modules():
         if isinstance(module, Int4Linear):
             module.set_dense(module.plain_dense().to(dtype))
@@ -319,7 +319,7 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
     x = torch.randn(TILE, dense.shape[1], dtype=torch.bfloat16)
     weights = {  # as set_dense_dtype would keep them
         torch.bfloat16: onednn.prepared(dense.to(torch.bfloat16)),
-        torch.float32: (dense.to(torch.float32), False),
+        torch.float32: onednn.prepared(dense.to(torch.float32)),
     }
     best = dict.fromkeys(weights, float("inf"))
     for _ in range(rounds):

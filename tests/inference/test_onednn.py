@@ -1,5 +1,6 @@
-"""Prefill weights prepacked for oneDNN: the same weights, the same products, and a dtype
-change gives the plain weights back exactly."""
+"""Prefill weights prepacked for oneDNN (bfloat16 and float32): the same weights, the same
+products, and a dtype change gives the plain weights
+back exactly."""
 
 import pytest
 import torch
@@ -14,29 +15,40 @@ needs_packing = pytest.mark.skipif(
     reason="no oneDNN bfloat16 weight packing in this torch build or on this CPU",
 )
 
+packs_float32 = pytest.mark.skipif(
+    onednn.pack(torch.zeros((16, 16))) is None,
+    reason="no oneDNN float32 weight packing in this torch build",
+)
+# each dtype where this CPU packs it, and how close a product must be to float64's
+PACKED = [
+    pytest.param(torch.bfloat16, 1e-1, marks=needs_packing, id="bfloat16"),
+    pytest.param(torch.float32, 1e-4, marks=packs_float32, id="float32"),
+]
 
-@needs_packing
-def test_a_packed_weight_unpacks_to_exactly_the_weight() -> None:
-    weight = torch.randn(1536, 576).to(torch.bfloat16)
+
+@pytest.mark.parametrize(("dtype", "atol"), PACKED)
+def test_a_packed_weight_unpacks_to_exactly_the_weight(dtype: torch.dtype, atol: float) -> None:
+    weight = torch.randn(1536, 576).to(dtype)
     packed = onednn.pack(weight)
-    assert packed is not None
+    assert packed is not None and packed.dtype == dtype
     assert torch.equal(onednn.unpack(packed, 576), weight)
 
 
-@needs_packing
-def test_a_packed_weight_multiplies_like_the_plain_one() -> None:
-    weight, bias = torch.randn(192, 576).to(torch.bfloat16), torch.randn(192).to(torch.bfloat16)
+@pytest.mark.parametrize(("dtype", "atol"), PACKED)
+def test_a_packed_weight_multiplies_like_the_plain_one(dtype: torch.dtype, atol: float) -> None:
+    weight, bias = torch.randn(192, 576).to(dtype), torch.randn(192).to(dtype)
     packed = onednn.pack(weight)
     for rows in (1, 16, 37, 128):
-        x = torch.randn(2, rows, 576).to(torch.bfloat16)
+        x = torch.randn(2, rows, 576).to(dtype)
         out = onednn.linear(x, packed, bias, True)
-        exact = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
-        assert out.shape == (2, rows, 192) and out.dtype == torch.bfloat16
-        assert torch.allclose(out.float(), exact, rtol=1e-2, atol=1e-1)
+        exact = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+        assert out.shape == (2, rows, 192) and out.dtype == dtype
+        assert torch.allclose(out.double(), exact, rtol=1e-2, atol=atol)
 
 
 def test_weights_that_cannot_be_packed_stay_plain() -> None:
-    assert onednn.pack(torch.randn(64, 32)) is None  # float32: F.linear's own path
+    assert onednn.pack(torch.randn(64, 32, dtype=torch.float64)) is None  # F.linear's own path
+    assert onednn.pack(torch.randn(2, 64, 32)) is None  # not a matrix
     assert onednn.linear(torch.ones(1, 2), torch.eye(2), None, False).tolist() == [[1.0, 1.0]]
 
 
@@ -63,8 +75,9 @@ def test_int4_layers_keep_their_bfloat16_prefill_weights_packed_and_give_them_ba
     plain = layer.dense.clone()
     quant.set_dense_dtype(model, torch.bfloat16)
     assert layer.dense_packed and torch.equal(layer.plain_dense(), plain)
-    quant.set_dense_dtype(model, torch.float32)  # PREFILL_DTYPE=float32: F.linear, unpacked
-    assert not layer.dense_packed and torch.equal(layer.dense, plain.float())
+    quant.set_dense_dtype(model, torch.float32)  # PREFILL_DTYPE=float32: packed as float32
+    assert layer.dense_packed == (onednn.pack(torch.zeros((16, 16))) is not None)
+    assert layer.dense.dtype == torch.float32 and torch.equal(layer.plain_dense(), plain.float())
     quant.set_dense_dtype(model, torch.bfloat16)
     assert layer.dense_packed and torch.equal(layer.plain_dense(), plain)
     x = torch.randn(2 * quant.TILE + 21, 576, dtype=torch.bfloat16)

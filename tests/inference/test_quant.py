@@ -89,8 +89,14 @@ def test_float32_dense_weights_keep_a_prefill_rows_bits_and_its_dtype() -> None:
         whole = layer(x)
         part = layer(x[TILE - 3 : TILE + 40])
     assert whole.dtype == torch.bfloat16 and torch.equal(part, whole[TILE - 3 : TILE + 40])
-    exact = torch.nn.functional.linear(x.float(), layer.dense, layer.bias.float())
-    assert torch.equal(whole, exact.to(torch.bfloat16))
+    # float32 products, rounded once to bfloat16 (oneDNN's packed kernel may sum in another
+    # order than F.linear: a product within float32 rounding of it, the same after rounding
+    # but where it falls on a bfloat16 tie)
+    exact = torch.nn.functional.linear(
+        x.double(), layer.plain_dense().double(), layer.bias.double()
+    )
+    assert torch.allclose(whole.double(), exact, rtol=2**-8, atol=1e-6)
+    assert (whole != exact.to(torch.bfloat16)).float().mean() < 0.01
 
 
 @pytest.mark.parametrize("slow", [torch.bfloat16, torch.float32])

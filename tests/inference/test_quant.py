@@ -89,9 +89,9 @@ def test_float32_dense_weights_keep_a_prefill_rows_bits_and_its_dtype() -> None:
         whole = layer(x)
         part = layer(x[TILE - 3 : TILE + 40])
     assert whole.dtype == torch.bfloat16 and torch.equal(part, whole[TILE - 3 : TILE + 40])
-    # float32 products, rounded once to bfloat16 (oneDNN's packed kernel may sum in another
-    # order than F.linear: a product within float32 rounding of it, the same after rounding
-    # but where it falls on a bfloat16 tie)
+    # float32 products rounded once to bfloat16. oneDNN's packed kernel may sum in another
+    # order than F.linear, so each is within float32 rounding of float64's, and the same
+    # after rounding to bfloat16 but for the rare one that lies near a rounding edge
     exact = torch.nn.functional.linear(
         x.double(), layer.plain_dense().double(), layer.bias.double()
     )

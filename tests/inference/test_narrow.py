@@ -4,6 +4,7 @@ call is kept only where it gave every row exactly the bits of the whole tile, an
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -81,7 +82,7 @@ def test_turned_off_nothing_is_narrowed_or_probed() -> None:
         narrow.enabled = True
 
 
-def _drift_linear_calls(monkeypatch: pytest.MonkeyPatch, drifts) -> None:
+def _drift_linear_calls(monkeypatch: pytest.MonkeyPatch, drifts: Callable[[int], bool]) -> None:
     """A linear kernel whose calls of `drifts(rows)` rows sum in another order (their bits
     move a little), as oneDNN's AMX kernels do for some row counts."""
     linear = narrow.onednn.linear

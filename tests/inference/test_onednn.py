@@ -14,9 +14,9 @@ needs_packing = pytest.mark.skipif(
     reason="no oneDNN bfloat16 weight packing in this torch build or on this CPU",
 )
 
+PACKS_FLOAT32 = onednn.pack(torch.zeros((16, 16))) is not None
 packs_float32 = pytest.mark.skipif(
-    onednn.pack(torch.zeros((16, 16))) is None,
-    reason="no oneDNN float32 weight packing in this torch build",
+    not PACKS_FLOAT32, reason="no oneDNN float32 weight packing in this torch build"
 )
 # each dtype where this CPU packs it
 PACKED = [
@@ -76,7 +76,7 @@ def test_int4_layers_keep_their_prefill_weights_packed_in_either_dtype_and_give_
     quant.set_dense_dtype(model, torch.bfloat16)
     assert layer.dense_packed and torch.equal(layer.plain_dense(), plain)
     quant.set_dense_dtype(model, torch.float32)  # PREFILL_DTYPE=float32: packed as float32
-    assert layer.dense_packed == (onednn.pack(torch.zeros((16, 16))) is not None)
+    assert layer.dense_packed == PACKS_FLOAT32
     assert layer.dense.dtype == torch.float32 and torch.equal(layer.plain_dense(), plain.float())
     quant.set_dense_dtype(model, torch.bfloat16)
     assert layer.dense_packed and torch.equal(layer.plain_dense(), plain)

@@ -91,51 +91,22 @@ class Prefiller:
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
         if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
             self.staged = None  # every prompt of it was cancelled
-        if self.stages is None:  # not a model it can stage: the chunk in one pass
+        if self.staged is None:
             budget = self.pace.budget(tile_cost(jobs, self.ratio))
             work = plan_chunk(jobs, budget, self.ratio)
-            return self._completed(work, self._run(work, budget))
-        if not (self.pace.paced and decoding):  # the chunk through every layer at once
-            staged = self.staged or self._begin(self._plan(jobs))
-            return self._completed(staged.work, self._stage(staged, None)[1])
-        return self._fill(jobs, self.pace.units_in_step())
-
-    def _plan(self, jobs: list[PrefillJob]) -> list[tuple[PrefillJob, int]]:
-        return plan_chunk(jobs, self.pace.budget(tile_cost(jobs, self.ratio)), self.ratio)
-
-    def _layer_cost(self, work: list[tuple[PrefillJob, int]]) -> float:
-        return chunk_cost(work, self.ratio) / len(self.stages.layers)
-
-    def _fill(
-        self, jobs: list[PrefillJob], units: float
-    ) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
-        """Layers of chunks, in order, while the next layer fits in the step's `units` (at
-        least one layer a step): when a chunk's last layers leave room, the next chunk begins
-        in the same step. Cut chunk by chunk, a tile worth 1.2 steps went in two steps of 0.6,
-        and the steps of a 4,000-token paste on a Zen 4 averaged ~145 ms of the 180 aimed at:
-        80 steps, each followed by a decode step of the running streams, where ~63 would do."""
-        first = True
-        while True:
-            if self.staged is None:
-                work = self._plan(jobs)
-                # begun only where a layer of it fits: a prompt arriving before the next
-                # step may still share it
-                if not work or not first and self._layer_cost(work) > units:
-                    return {}
-                self.staged = self._begin(work)
-            took, done = self._stage(self.staged, units, first)
-            if took is None or done is None:  # nothing fitted, or the step is full
-                return {}
-            first, units = False, units - took
-            completed = self._completed(self.staged.work, done)
-            if completed:  # a prompt is complete: it joins the batch now, not after more work
-                return completed
+            if self.stages is None:  # not a model it can stage: the chunk in one pass
+                return self._completed(work, self._run(work, budget))
+            self.staged = self._begin(work)
+        done = self._stage(self.staged, split=decoding)
+        if done is None:
+            return {}
+        work, self.staged = self.staged.work, None
+        return self._completed(work, done)
 
     def _completed(
         self, work: list[tuple[PrefillJob, int]], done: dict[PrefillJob, torch.Tensor]
     ) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
         """A chunk went through: its prompts that are still wanted and complete, by id(seq)."""
-        self.staged = None
         done = {job: logits for job, logits in done.items() if self._live(job)}
         for job in done:
             del self.jobs[id(job.seq)]
@@ -278,35 +249,23 @@ class Prefiller:
         with quant.dense_only():
             return self.stages.begin(inputs, cost=chunk_cost(work, self.ratio), **chunk)
 
-    def _stage(
-        self, staged: Staged, units: float | None, first: bool = True
-    ) -> tuple[float | None, dict[PrefillJob, torch.Tensor] | None]:
-        """The chunk's next layers, as many as fit in `units` of the cost model (None: all of
-        them, and its LM head); at least one when `first` in its step, else none may fit.
-        Returns the units they took (None: nothing ran) and, once the chunk is through its
-        layers and head, the logits of the prompts it completed (else None)."""
+    def _stage(self, staged: Staged, split: bool = True) -> dict[PrefillJob, torch.Tensor] | None:
+        """The chunk's next layers, as many as fit the step's time (all of them unless steps
+        are paced and `split`); the prompts it completed once it went through them all, else
+        None."""
+        budget = self.pace.units_in_step()
         total = len(self.stages.layers)
-        if staged.layer == total:  # its LM head, apart: the first thing of a step
-            return (0.0, self._head(staged)) if first else (None, None)
-        layers = total - staged.layer if units is None else self.stages.layers_within(staged, units)
-        if not layers and not first:
-            return None, None
-        layers = max(1, layers)
-        # a chunk taken in several stages takes its LM head in a stage of its own: the head
-        # is not in the cost model, and a wide one took as long as a few layers without
-        # AVX-512 (47 ms)
-        apart = units is not None and layers < total
+        paced = self.pace.paced and split
+        layers = self.stages.layers_within(staged, budget) if paced else total - staged.layer
+        head_only = staged.layer == total
+        # a chunk in several stages takes its LM head in a stage of its own
+        apart = paced and layers < total
         start = time.perf_counter()
         with quant.dense_only():
             last = self.stages.run(staged, layers, head_apart=apart)
-        share = self.stages.share(staged, layers)
-        self.pace.record(share, time.perf_counter() - start, self.pace.units_in_step())
-        return share, self._finish(staged) if last else None
-
-    def _head(self, staged: Staged) -> dict[PrefillJob, torch.Tensor]:
-        with quant.dense_only():
-            self.stages.run(staged, 0)
-        return self._finish(staged)
+        if not head_only:  # the head is not in the cost model: its time teaches nothing
+            self.pace.record(self.stages.share(staged, layers), time.perf_counter() - start, budget)
+        return self._finish(staged) if last else None
 
     @torch.inference_mode()
     def _forward(self, work: list[tuple[PrefillJob, int]]) -> Staged:

@@ -16,6 +16,7 @@ position embeddings, the layers, the final norm), so it serves Llama-shaped mode
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,12 +94,13 @@ class StagedForward:
         return True
 
     def layers_within(self, staged: Staged, budget: float) -> int:
-        """How many of the chunk's next layers fit in `budget` units (0: not one). A step
-        takes as many as fit, and the next chunk's first layers where its last ones leave
-        room (hf_prefill.Prefiller._fill), so every step but a prompt's last is about full."""
+        """How many layers of `staged` its next stage takes: the fewest stages whose cost
+        fits in `budget` units, their layers shared evenly (18 and 12 layers made the first
+        stage half again as long as the second), at least one layer each."""
         left = len(self.layers) - staged.layer
-        per_layer = staged.cost / len(self.layers)
-        return left if per_layer <= 0 else min(left, int(budget / per_layer + 1e-9))
+        cost = staged.cost * left / len(self.layers)
+        stages = math.ceil(cost / budget) if budget > 0 else 1
+        return max(1, math.ceil(left / max(1, stages)))
 
     def share(self, staged: Staged, layers: int) -> float:
         """The cost of `layers` of the chunk's layers."""

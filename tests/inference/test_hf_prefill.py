@@ -166,19 +166,14 @@ async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> N
 
 
 def _steps(prefiller: Prefiller, prompt: list[int]) -> list[int]:
-    """The tokens each prefill chunk computed for `prompt`, in order (a chunk run in stages of
-    a few layers counts once; a step may end one chunk and begin the next)."""
-    seq, sizes = _Seq(prompt), []
-    completed = prefiller._completed
-
-    def record(work: list[Any], done: Any) -> Any:
-        sizes.extend(n for _, n in work)
-        return completed(work, done)
-
-    prefiller._completed = record  # type: ignore[method-assign]
+    """The tokens each prefill chunk computed for `prompt` (a chunk run in stages of a few
+    layers counts once, at its last stage)."""
+    seq, sizes, done = _Seq(prompt), [], 0
     while not prefiller.step([seq]):
-        pass
-    return sizes
+        if prefiller.jobs[id(seq)].done > done:
+            sizes.append(prefiller.jobs[id(seq)].done - done)
+            done += sizes[-1]
+    return [*sizes, len(prompt) - done]
 
 
 def test_prefill_steps_grow_to_fill_the_step_time(loaded_model: Any) -> None:

@@ -136,46 +136,14 @@ def test_only_llama_shaped_models_are_staged() -> None:
     assert supports(llama) and not supports(gemma)
 
 
-def test_a_stage_takes_as_many_of_a_chunks_layers_as_fit(loaded_model: Any) -> None:
+def test_a_chunks_layers_are_shared_evenly_by_its_stages(loaded_model: Any) -> None:
     stages = Prefiller(loaded_model.model, 0, 0).stages
+    staged = SimpleNamespace(cost=300.0, layer=0)
     layers = len(stages.layers)
-    staged = SimpleNamespace(cost=10.0 * layers, layer=0)  # 10 units a layer
-    assert stages.layers_within(staged, 10.0 * layers + 5) == layers  # fits: all of them
-    assert stages.layers_within(staged, 185.0) == 18
-    assert stages.layers_within(staged, 9.0) == 0  # not one: the step ends there
+    assert stages.layers_within(staged, 300.0) == layers  # fits: one stage
+    assert stages.layers_within(staged, 180.0) == math.ceil(layers / 2)  # 15 and 15, not 18
     staged.layer = layers - 3
-    assert stages.layers_within(staged, 185.0) == 3  # no more than are left
-
-
-def test_a_step_where_a_chunk_ends_begins_the_next_so_steps_stay_full(
-    loaded_model: Any,
-) -> None:
-    # cut chunk by chunk, a tile worth 1.2 steps took two steps of 0.6: twice the decode
-    # steps of the running streams between them
-    prompt = _prompt(loaded_model, 0, chars=4000)
-    units = 0.15  # seconds a step, at 1 ms a unit: 150 units
-    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=units), 0.001)
-    stages, total = prefiller.stages, len(prefiller.stages.layers)
-    steps: list[float] = []
-    layer_costs: set[float] = set()
-    original = stages.run
-
-    def run(staged: Any, n: int, **kwargs: Any) -> bool:
-        steps[-1] += stages.share(staged, min(n, total - staged.layer))
-        layer_costs.add(staged.cost / total)
-        return original(staged, n, **kwargs)
-
-    stages.run = run  # type: ignore[method-assign]
-    seq = _Seq(prompt)
-    while not (steps.append(0.0) or (done := prefiller.step([seq]))):
-        pass
-    assert len(prompt) > 3 * 128 and all(s <= 150 for s in steps)
-    # every step full but the last two (the last layers, the LM head apart): short of the
-    # step's units by less than one more layer
-    assert min(steps[:-2]) > 150 - max(layer_costs)
-    assert len(steps) <= math.ceil(sum(steps) / 150) + 2
-    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
-    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
+    assert stages.layers_within(staged, 1.0) == 1  # never less than a layer
 
 
 def test_a_prompts_last_chunk_in_stages_takes_its_lm_head_in_a_stage_of_its_own(

@@ -186,6 +186,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PREFILL_CHUNK_TOKENS of the chunked server (default: the server's own default)",
     )
     ap.add_argument(
+        "--step-ms",
+        type=int,
+        default=None,
+        help="PREFILL_STEP_MS of this tree's chunked server (default: the server's own default)",
+    )
+    ap.add_argument(
         "--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server"
     )
     ap.add_argument("--skip-paste", action="store_true", help="only the next-turn measurement")
@@ -201,8 +207,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> dict[str, str]:
     ours = [sys.executable, "-m", "inference", "--max-batch", "8", "--log-level", "warning"]
     chunk = [] if args.chunk is None else ["--prefill-chunk-tokens", str(args.chunk)]
+    step = [] if args.step_ms is None else ["--prefill-step-ms", str(args.step_ms)]
     cmds = {
-        "ours, chunked": ours + chunk,
+        "ours, chunked": ours + chunk + step,
         "ours, unchunked": [*ours, "--prefill-chunk-tokens", "0"],
     }
     if args.llama_python:

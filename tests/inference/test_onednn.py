@@ -7,14 +7,18 @@ import torch
 from inference import onednn, quant
 from inference.quant import Int4Linear
 
+
+def _packs(dtype: torch.dtype) -> bool:
+    return onednn.pack(torch.zeros((16, 16), dtype=dtype)) is not None
+
+
 # oneDNN packs bfloat16 only on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an
 # AVX2-only Zen 3 the reorder raises, and the weights stay plain (the test below that one)
 needs_packing = pytest.mark.skipif(
-    onednn.pack(torch.zeros((16, 16), dtype=torch.bfloat16)) is None,
+    not _packs(torch.bfloat16),
     reason="no oneDNN bfloat16 weight packing in this torch build or on this CPU",
 )
-
-PACKS_FLOAT32 = onednn.pack(torch.zeros((16, 16))) is not None
+PACKS_FLOAT32 = _packs(torch.float32)
 packs_float32 = pytest.mark.skipif(
     not PACKS_FLOAT32, reason="no oneDNN float32 weight packing in this torch build"
 )

@@ -1,0 +1,202 @@
+"""What one round trip to the database and to the session cache costs the site's process,
+and how many statements a send makes: SQLite and PostgreSQL side by side in one run.
+
+    python -m bench.roundtrips                                  # SQLite, PostgreSQL, Redis
+    python -m bench.roundtrips --database sqlite --repeat 2000
+
+A message's send is a handful of short statements, so on PostgreSQL its CPU in the site's
+process is mostly the client's side of each round trip (Django's cursor, psycopg, the
+socket), not the work the database does. For each database this makes a throwaway one (a
+temporary SQLite file; a new PostgreSQL database at --postgres, dropped afterwards: skipped
+with the reason when PostgreSQL is not there), migrates it, and prints, as the best of three
+blocks of --repeat calls, the CPU time of this process (time.process_time: user + system) of:
+
+- one one-row SELECT through Django's cursor;
+- the same inside transaction.atomic() (BEGIN and COMMIT are round trips of their own);
+- one read of a session from the sessions cache (this process's memory, or Redis when
+  --redis-url is given to the PostgreSQL run, as the scaled-out setup has it);
+- one send (chat.services.message_send_to: the locks, the admission checks, both rows),
+  with the statements it ran, BEGIN and COMMIT included (BENCH_SHOW_STATEMENTS=1 prints
+  them). The reply's relay is not started here: its start and end are five more.
+"""
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
+REDIS = "redis://127.0.0.1:6379/7"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=1000, help="calls per timed block")
+    parser.add_argument("--database", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--postgres", default=POSTGRES, help="a server to make the database on")
+    parser.add_argument(
+        "--redis-url", default=REDIS, help="the sessions cache of the PostgreSQL run ('': none)"
+    )
+    return parser.parse_args(argv)
+
+
+def _cpu_us(fn, repeat: int) -> float:
+    """CPU microseconds per call, best of three blocks (the machine's noise only adds)."""
+    fn()  # warm: the connection, psycopg's query cache
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        for _ in range(repeat):
+            fn()
+        best = min(best, (time.process_time() - started) / repeat * 1e6)
+    return best
+
+
+def measure(repeat: int) -> dict:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.cache import caches
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from chat import services
+    from chat.models import Message
+    from tests.support.factories import create_conversation, create_user
+
+    call_command("migrate", verbosity=0)
+    # One user sends them all: the per-minute limits would refuse the second block.
+    settings.CHAT_MESSAGES_PER_MINUTE = 10**9
+    # No event loop here: the committed replies' relays are not started (and not logged).
+    logging.getLogger("chat.relay").setLevel(logging.CRITICAL)
+    user = create_user()
+
+    def select():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM auth_user WHERE id = %s", [user.pk])
+            cursor.fetchone()
+
+    def in_transaction():
+        with transaction.atomic():
+            select()
+
+    sessions = caches["sessions"]
+    sessions.set("bench-session", {"_auth_user_id": str(user.pk), "_auth_user_hash": "x" * 64})
+
+    def send() -> float:
+        """The CPU of one send on a new conversation; its reply then ends (untimed), as the
+        relay would end it, so that the user's count of replies being written stays 0."""
+        conversation = create_conversation(owner=user)
+        started = time.process_time()
+        sent = services.message_send_to(
+            owner_id=user.pk, conversation_id=conversation.pk, content="hi"
+        )
+        spent = time.process_time() - started
+        Message.objects.filter(pk=sent.assistant_message.pk).update(status=Message.Status.COMPLETE)
+        return spent
+
+    with CaptureQueriesContext(connection) as statements:
+        send()  # and warm
+    if os.environ.get("BENCH_SHOW_STATEMENTS"):
+        print(*(query["sql"][:150] for query in statements.captured_queries), sep="\n")
+    blocks = [[send() for _ in range(repeat)] for _ in range(3)]
+    return {
+        "select": _cpu_us(select, repeat),
+        "atomic": _cpu_us(in_transaction, repeat),
+        "session": _cpu_us(lambda: sessions.get("bench-session"), repeat),
+        "send": min(sum(block) / repeat * 1e6 for block in blocks),
+        # Two are not the send's: the factory's conversation and the untimed update.
+        "statements": len(statements.captured_queries) - 2,
+    }
+
+
+def report(name: str, data: dict) -> None:
+    print(f"\n{name}: CPU of this process per call (best of 3 blocks)")
+    print(f"  one-row SELECT                      {data['select']:8.1f} µs")
+    print(f"  the same in a transaction           {data['atomic']:8.1f} µs")
+    print(f"  a session read from the cache       {data['session']:8.1f} µs")
+    print(
+        f"  a send (message_send_to)            {data['send'] / 1000:8.2f} ms"
+        f"  ({data['statements']} statements, BEGIN and COMMIT included)"
+    )
+
+
+# --- databases -----------------------------------------------------------------------
+
+
+def _child(args, database_url: str, var_dir: str, redis_url: str = "") -> int:
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "TOKENSTREAM_VAR_DIR": var_dir,
+        "DJANGO_SETTINGS_MODULE": "tokenstream_site.settings",
+        "LOG_LEVEL": "WARNING",
+    }
+    argv = [sys.executable, "-m", "bench.roundtrips", "--child", "--repeat", str(args.repeat)]
+    return subprocess.run(argv, env=env).returncode
+
+
+def _redis_or_none(url: str) -> str:
+    if not url:
+        return ""
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except Exception as exc:  # not running: the PostgreSQL run keeps its sessions in memory
+        print(f"\nRedis at {url}: not used ({exc})")
+        return ""
+    return url
+
+
+def _on_postgres(args, var_dir: str) -> int:
+    try:
+        import psycopg
+
+        admin = psycopg.connect(
+            args.postgres.replace("postgres://", "postgresql://"),
+            autocommit=True,
+            connect_timeout=3,
+        )
+    except Exception as exc:  # not installed, not running: say so and go on
+        print(f"\nPostgreSQL: skipped ({exc})")
+        return 0
+    name = f"tokenstream_bench_{uuid.uuid4().hex[:8]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        base = args.postgres.rsplit("/", 1)[0]
+        return _child(args, f"{base}/{name}", var_dir, _redis_or_none(args.redis_url))
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--child" in argv:
+        argv.remove("--child")
+        args = parse_args(argv)
+        url = os.environ["DATABASE_URL"]
+        name = "PostgreSQL" if url.startswith("postgres") else "SQLite"
+        name += " + Redis sessions" if os.environ.get("REDIS_URL") else " + in-memory sessions"
+        report(name, measure(args.repeat))
+        return 0
+    args = parse_args(argv)
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="roundtrips-bench-") as var_dir:
+        if args.database in ("sqlite", "both"):
+            status |= _child(args, f"sqlite:///{var_dir}/bench.sqlite3", var_dir)
+        if args.database in ("postgres", "both"):
+            status |= _on_postgres(args, var_dir)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

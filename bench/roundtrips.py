@@ -23,11 +23,11 @@ blocks of --repeat calls, the CPU time of this process (time.process_time: user 
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
+
+from bench.throwaway import postgres_database, run_child
 
 POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 REDIS = "redis://127.0.0.1:6379/7"
@@ -131,16 +131,10 @@ def report(name: str, data: dict) -> None:
 
 
 def _child(args, database_url: str, var_dir: str, redis_url: str = "") -> int:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "TOKENSTREAM_VAR_DIR": var_dir,
-        "DJANGO_SETTINGS_MODULE": "tokenstream_site.settings",
-        "LOG_LEVEL": "WARNING",
-    }
-    argv = [sys.executable, "-m", "bench.roundtrips", "--child", "--repeat", str(args.repeat)]
-    return subprocess.run(argv, env=env).returncode
+    argv = ["--repeat", str(args.repeat)]
+    return run_child(
+        "bench.roundtrips", argv, database_url=database_url, var_dir=var_dir, REDIS_URL=redis_url
+    )
 
 
 def _redis_or_none(url: str) -> str:
@@ -157,25 +151,8 @@ def _redis_or_none(url: str) -> str:
 
 
 def _on_postgres(args, var_dir: str) -> int:
-    try:
-        import psycopg
-
-        admin = psycopg.connect(
-            args.postgres.replace("postgres://", "postgresql://"),
-            autocommit=True,
-            connect_timeout=3,
-        )
-    except Exception as exc:  # not installed, not running: say so and go on
-        print(f"\nPostgreSQL: skipped ({exc})")
-        return 0
-    name = f"tokenstream_bench_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        base = args.postgres.rsplit("/", 1)[0]
-        return _child(args, f"{base}/{name}", var_dir, _redis_or_none(args.redis_url))
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with postgres_database(args.postgres) as url:
+        return _child(args, url, var_dir, _redis_or_none(args.redis_url)) if url else 0
 
 
 def main(argv=None) -> int:

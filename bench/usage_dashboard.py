@@ -23,11 +23,11 @@ import datetime
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
+
+from bench.throwaway import postgres_database, run_child
 
 POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 MODELS = ("SmolLM2-135M-Instruct", "llama-3.1-8b-instruct", "qwen2.5-coder-7b")
@@ -196,50 +196,14 @@ def report(name: str, data: dict) -> None:
 
 
 def _child(args, database_url: str, var_dir: str) -> int:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "TOKENSTREAM_VAR_DIR": var_dir,
-        "DJANGO_SETTINGS_MODULE": "tokenstream_site.settings",
-        "LOG_LEVEL": "WARNING",
-    }
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.usage_dashboard",
-        "--child",
-        "--users",
-        str(args.users),
-        "--days",
-        str(args.days),
-        "--repeat",
-        str(args.repeat),
-        "--seed",
-        str(args.seed),
-    ]
-    return subprocess.run(argv, env=env).returncode
+    argv = ["--users", str(args.users), "--days", str(args.days)]
+    argv += ["--repeat", str(args.repeat), "--seed", str(args.seed)]
+    return run_child("bench.usage_dashboard", argv, database_url=database_url, var_dir=var_dir)
 
 
 def _on_postgres(args, var_dir: str) -> int:
-    try:
-        import psycopg
-
-        admin = psycopg.connect(
-            args.postgres.replace("postgres://", "postgresql://"),
-            autocommit=True,
-            connect_timeout=3,
-        )
-    except Exception as exc:  # not installed, not running: say so and go on
-        print(f"\nPostgreSQL: skipped ({exc})")
-        return 0
-    name = f"tokenstream_bench_{uuid.uuid4().hex[:8]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        base = args.postgres.rsplit("/", 1)[0]
-        return _child(args, f"{base}/{name}", var_dir)
-    finally:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with postgres_database(args.postgres) as url:
+        return _child(args, url, var_dir) if url else 0
 
 
 def main(argv=None) -> int:

@@ -2,23 +2,12 @@
 number of statements a send makes, which on PostgreSQL is most of a send's CPU."""
 
 import re
-import subprocess
-import sys
 
-from tests.support.processes import ROOT, base_env
+from tests.support.processes import run_bench
 
 
 def test_short_run_prints_each_cost_and_the_statements_of_a_send():
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.roundtrips", "--database", "sqlite", "--repeat", "20"],
-        cwd=ROOT,
-        env=base_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+    out = run_bench("roundtrips", "--database", "sqlite", "--repeat", "20").stdout
     assert "SQLite + in-memory sessions" in out
     for what in ("one-row SELECT", "the same in a transaction", "a session read from the cache"):
         assert re.search(rf"{what} +\d+\.\d µs", out), out

@@ -83,6 +83,21 @@ def base_env(**overrides) -> dict:
     return env
 
 
+def run_bench(module: str, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python -m bench.<module> argv…` from the repository root; fails the test unless it
+    exits 0, and gives back what it printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", *argv],
+        cwd=ROOT,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 class InferenceServer:
     def __init__(self, log_dir: Path, *, engine: str = "fake", port: int | None = None, **env):
         self.port = port or free_port()

@@ -6,7 +6,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import connection
+# Each function takes the connection itself once (connections[DEFAULT_DB_ALIAS]):
+# django.db.connection is a proxy whose every attribute is a lookup in a thread-critical
+# Local, and a send's field preparations and reads made dozens of them (py-spy: ~6% of a
+# burst of sends' samples in that proxy).
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import (
     Case,
     CharField,
@@ -47,6 +51,7 @@ def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
     """Its owner's, or any for a reviewer. An owner's check is one plain SELECT: every open
     event stream asks again at each keep-alive, and the ORM built its exists() at a cost
     several times that of running it."""
+    connection = connections[DEFAULT_DB_ALIAS]
     if not user.is_authenticated:
         return False
     if can_review(user):
@@ -72,6 +77,7 @@ def conversation_tree(*, conversation: Conversation) -> Tree:
     """What conversation.messages.values_list("id", "parent_id", "created_at") reads, as
     one plain SELECT (_rows): built through the ORM it cost more than running it, on every
     send."""
+    connection = connections[DEFAULT_DB_ALIAS]
     key = Message._meta.get_field("conversation").get_db_prep_value(conversation.pk, connection)
     rows = _rows(
         Message, ["id", "parent", "created_at"], f"{_column(Message, 'conversation')} = %s", [key]
@@ -86,6 +92,7 @@ def conversation_locked(*, owner_id, conversation_id) -> Conversation:
     .get(pk=conversation_id, owner_id=owner_id) as one plain SELECT, which the ORM built
     at a cost several times that of running it, on every send. Conversation.DoesNotExist
     unless it is the owner's."""
+    connection = connections[DEFAULT_DB_ALIAS]
     conversation_meta, preset_meta = Conversation._meta, Preset._meta
     fields = [*conversation_meta.concrete_fields, *preset_meta.concrete_fields]
     own = len(conversation_meta.concrete_fields)
@@ -124,6 +131,7 @@ def conversation_locked(*, owner_id, conversation_id) -> Conversation:
 
 
 def _column(model, name: str) -> str:
+    connection = connections[DEFAULT_DB_ALIAS]
     return connection.ops.quote_name(model._meta.get_field(name).column)
 
 
@@ -132,6 +140,7 @@ def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
     each value through its column's own converters, as values_list gives them (SQLite's
     text to UUID, datetime, bool). For the reads of the send path and a relay's start,
     which the ORM built at a cost several times that of running them."""
+    connection = connections[DEFAULT_DB_ALIAS]
     select, converters = _select(connection.ops, model, tuple(names))
     with connection.cursor() as cursor:
         cursor.execute(f"{select} WHERE {where}", params)
@@ -156,11 +165,13 @@ def _select(ops, model, names: tuple[str, ...]) -> tuple[str, list]:
 
 def _converters(fields) -> list:
     """Each field's column and the functions the ORM passes its database values through."""
+    connection = connections[DEFAULT_DB_ALIAS]
     return _converters_of(connection.ops, tuple(fields))
 
 
 @functools.lru_cache(maxsize=256)
 def _converters_of(ops, fields: tuple) -> list:
+    connection = connections[DEFAULT_DB_ALIAS]
     converters = []
     for field in fields:
         column = field.get_col(field.model._meta.db_table)
@@ -170,6 +181,7 @@ def _converters_of(ops, fields: tuple) -> list:
 
 
 def _converted(row, converters) -> tuple:
+    connection = connections[DEFAULT_DB_ALIAS]
     values = []
     for value, (column, functions) in zip(row, converters, strict=True):
         for convert in functions:
@@ -181,6 +193,7 @@ def _converted(row, converters) -> tuple:
 def user_by_id(*, user_id):
     """User.objects.get(pk=user_id) (None when there is none) as one plain SELECT (_rows),
     built with Model.from_db as the ORM builds it: every request reads its user."""
+    connection = connections[DEFAULT_DB_ALIAS]
     from django.contrib.auth import get_user_model
 
     model = get_user_model()
@@ -267,6 +280,7 @@ def reply_admission_counts(*, user_id, conversation_id, since) -> tuple[int, int
     """What a new reply is admitted on: replies being written in this conversation, in all
     of the user's, and replies the user asked for since `since`. One statement, written as
     SQL: building three counts through the ORM cost more CPU than running them."""
+    connection = connections[DEFAULT_DB_ALIAS]
     message, conversation, event = Message._meta, Conversation._meta, UsageEvent._meta
     quote = connection.ops.quote_name
 
@@ -319,6 +333,7 @@ def prompt_history_newest_first(
     conversation deleted before its relay started), and its stop_requested is copied onto
     `reply` (a Stop pressed before the relay listened): what the relay's start would
     otherwise spend queries of its own on."""
+    connection = connections[DEFAULT_DB_ALIAS]
     if path is None:
         tree = conversation_tree(conversation=reply.conversation)
         ids = tree.path_to(reply.id)[:-1] if reply.id in tree else []

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from chat import selectors, usage
@@ -137,6 +137,7 @@ def _lock_user(user_id) -> None:
     Django would run it without the lock). Plain SQL: the ORM built this one-row SELECT at
     several times the cost of running it, on every send (half of a PostgreSQL send's locking
     CPU in a py-spy profile)."""
+    connection = connections[DEFAULT_DB_ALIAS]
     features = connection.features
     if not features.has_select_for_update:
         return
@@ -256,6 +257,7 @@ def _save_fields(instance, names: list[str]) -> None:
     """instance.save(update_fields=names) as one plain UPDATE (no model signals: none are
     connected). Model.save built the statement through the ORM at a cost several times
     that of running it, on every send."""
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = instance._meta
     fields = [meta.get_field(name) for name in names]
     quote = connection.ops.quote_name
@@ -277,6 +279,7 @@ def _insert_rows(instances: list) -> None:
     the send's costliest statement. And Model.save (QuerySet.create) built its INSERT through
     the ORM at a cost several times that of running it. An auto-increment key is left to
     the database and not read back (the instances keep pk None)."""
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = instances[0]._meta
     fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
     quote = connection.ops.quote_name

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -98,6 +98,7 @@ def _add_to_day(key: dict, counts: dict[str, int]) -> bool:
     """UPDATE the day's row, each count added (`f = f + n`); False if there is no row.
     Written as SQL: resolving an F() expression for each of ten columns was most of the
     CPU of a reply's final save (what the ORM would run is the same statement)."""
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = UsageDay._meta
     quote = connection.ops.quote_name
     columns = {name: quote(meta.get_field(name).column) for name in [*counts, *key]}
@@ -207,6 +208,7 @@ def _overrides(user_id) -> list[dict]:
     """The user's own TokenQuota and their groups' ({"user", "daily_tokens",
     "monthly_tokens"}), oldest first. Written as SQL: the ORM's work to build this OR of a
     subquery was a tenth of a send's CPU, and every send asks."""
+    connection = connections[DEFAULT_DB_ALIAS]
     quota, member = TokenQuota._meta, get_user_model().groups.through._meta
     quote = connection.ops.quote_name
 

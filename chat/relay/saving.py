@@ -4,7 +4,7 @@
 import datetime
 import uuid
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from chat.inference_client import ChatRequest
@@ -70,6 +70,7 @@ def _update_reply(message_id: uuid.UUID, values: dict, *, only_streaming: bool) 
     """Message.objects.filter(pk=…[, status=streaming]).update(**values) as one plain
     UPDATE: the ORM built its ten assignments at several times the cost of running it, at
     the end of every reply. Returns the rows changed."""
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = Message._meta
     fields = [meta.get_field(name) for name in values]
     sql = (
@@ -122,6 +123,7 @@ def _orphan_usage(message: Message) -> ReplyUsage:
 
 
 def _update_streaming_texts(contents: dict[uuid.UUID, tuple[str, int]], now) -> None:
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = Message._meta
     field = meta.get_field
     sql = (
@@ -145,4 +147,5 @@ def _update_streaming_texts(contents: dict[uuid.UUID, tuple[str, int]], now) -> 
 
 
 def _quote(name: str) -> str:
+    connection = connections[DEFAULT_DB_ALIAS]
     return connection.ops.quote_name(name)

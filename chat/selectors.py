@@ -51,11 +51,11 @@ def conversation_readable_by(*, user, conversation_id: uuid.UUID) -> bool:
     """Its owner's, or any for a reviewer. An owner's check is one plain SELECT: every open
     event stream asks again at each keep-alive, and the ORM built its exists() at a cost
     several times that of running it."""
-    connection = connections[DEFAULT_DB_ALIAS]
     if not user.is_authenticated:
         return False
     if can_review(user):
         return Conversation.objects.filter(pk=conversation_id).exists()
+    connection = connections[DEFAULT_DB_ALIAS]
     meta = Conversation._meta
     key = meta.pk.get_db_prep_value(conversation_id, connection)
     owner = meta.get_field("owner").get_db_prep_value(user.pk, connection)

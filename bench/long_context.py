@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,7 @@ DOCS = Path(__file__).parents[1] / "docs"
 CHARS_PER_TOKEN = 3.8  # of these docs through the bundled model's tokenizer
 PART_CHARS = 1800
 STREAMS = 4
+QUESTION = "What is the capital of France?"
 
 
 def conversation(tokens: int) -> list[dict[str, str]]:
@@ -116,8 +118,11 @@ async def next_turn(url: str, tokens: int, reply_tokens: int) -> tuple[float, fl
     return ttft(first), ttft(second), first["prompt_tokens"] or 0
 
 
-async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> dict[str, float]:
-    """The 4 streams' largest gap while a fresh long prompt is prefilled, and its TTFT."""
+async def paste_while_streaming(
+    url: str, tokens: int, stream_tokens: int, question_after: float
+) -> dict[str, float]:
+    """The 4 streams' largest gap while a fresh long prompt is prefilled, its TTFT, and
+    that of a short question asked `question_after` seconds into it (0: none asked)."""
     stop = asyncio.Event()
     progress: list[dict[str, Any]] = [{"times": []} for _ in range(STREAMS)]
     async with httpx.AsyncClient(timeout=600) as client:
@@ -139,7 +144,12 @@ async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> di
         deadline = time.monotonic() + 60
         while any(len(p["times"]) < 3 for p in progress) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        long_ = await stream(client, url, conversation(tokens), 4)
+        paste = asyncio.create_task(stream(client, url, conversation(tokens), 4))
+        question = {"start": math.inf, "times": []}
+        if question_after > 0:  # another user's, while the paste is being prefilled
+            await asyncio.sleep(question_after)
+            question = await stream(client, url, [{"role": "user", "content": QUESTION}], 4)
+        long_ = await paste
         await asyncio.sleep(0.5)
         stop.set()
         streams = await asyncio.gather(*runners)
@@ -155,6 +165,8 @@ async def paste_while_streaming(url: str, tokens: int, stream_tokens: int) -> di
         "max_gap": max(during, default=float("nan")),
         "median_gap": statistics.median(before) if before else float("nan"),
         "ttft": ttft(long_),
+        # nan where the paste's first token came first (the question did not overlap it)
+        "question_ttft": ttft(question) if question["start"] < window[1] else float("nan"),
         "streaming": sum(1 for s in streams if s["times"] and s["times"][0] < window[0]),
     }
 
@@ -195,6 +207,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server"
     )
     ap.add_argument("--skip-paste", action="store_true", help="only the next-turn measurement")
+    ap.add_argument(
+        "--question-after",
+        type=float,
+        default=1.0,
+        help="seconds into the paste another user asks a short question (0: none)",
+    )
     ap.add_argument(
         "--before",
         default="",
@@ -254,6 +272,7 @@ def _archive(stack: contextlib.ExitStack, commit: str) -> Path:
 
 
 def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]  # nan: not measured in that round
     return statistics.median(values) if values else float("nan")
 
 
@@ -270,7 +289,8 @@ def report_next_turn(urls: dict[str, str], args: argparse.Namespace) -> None:
         tokens = max(r[2] for r in rows) or "?"
         print(f"{label:<20} {tokens:>7} {cold:>9.2f}s {nxt:>9.2f}s {nxt / cold:>9.2f}x", flush=True)
     for label, rows in runs.items():  # the spread behind each median
-        print(f"  {label}: next turns {', '.join(f'{r[1]:.2f}' for r in rows)} s")
+        cold = ", ".join(f"{r[0]:.2f}" for r in rows)
+        print(f"  {label}: cold {cold} s, next turns {', '.join(f'{r[1]:.2f}' for r in rows)} s")
     ours, llama = runs.get("ours, chunked"), runs.get("llama-cpp-python")
     if ours:
         ratio = med([r[1] for r in ours]) / med([r[0] for r in ours])
@@ -292,18 +312,31 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
                 args.stream_tokens if label.startswith("ours") else min(args.stream_tokens, 64)
             )
             wait_for_quiet()
-            runs[label].append(asyncio.run(paste_while_streaming(url, args.tokens, stream_tokens)))
+            runs[label].append(
+                asyncio.run(
+                    paste_while_streaming(url, args.tokens, stream_tokens, args.question_after)
+                )
+            )
     print(
         f"\n2. a ~{args.tokens}-token paste while {STREAMS} streams run ({args.rounds} rounds, medians)"
     )
-    print(f"{'server':<20} {'streaming':>9} {'gap before':>11} {'max gap':>9} {'paste TTFT':>11}")
+    print(
+        f"{'server':<20} {'streaming':>9} {'gap before':>11} {'max gap':>9} {'paste TTFT':>11}"
+        f" {'question TTFT':>14}"
+    )
     for label, rows in runs.items():
         print(
             f"{label:<20} {med([r['streaming'] for r in rows]):>9.0f} "
             f"{med([r['median_gap'] for r in rows]) * 1000:>9.0f}ms {med([r['max_gap'] for r in rows]) * 1000:>7.0f}ms "
-            f"{med([r['ttft'] for r in rows]):>10.2f}s",
+            f"{med([r['ttft'] for r in rows]):>10.2f}s {med([r['question_ttft'] for r in rows]):>13.2f}s",
             flush=True,
         )
+    for label, rows in runs.items():  # the spread behind each median
+        gaps = ", ".join(f"{r['max_gap'] * 1000:.0f}" for r in rows)
+        pastes = ", ".join(f"{r['ttft']:.2f}" for r in rows)
+        questions = ", ".join(f"{r['question_ttft']:.2f}" for r in rows)
+        print(f"  {label}: max gap {gaps} ms, paste {pastes} s, question {questions} s")
+    print(f"  (question: {QUESTION!r}, asked {args.question_after:g} s into the paste)")
     chunked, whole = runs.get("ours, chunked"), runs.get("ours, unchunked")
     if chunked and whole:
         print(

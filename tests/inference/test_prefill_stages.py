@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from inference import hf_prefill
 from inference.engine import Message
 from inference.hf_engine import encode_chat
 from inference.hf_prefill import Prefiller
@@ -54,8 +55,10 @@ def test_a_chunk_in_stages_has_the_bits_of_the_models_own_forward(
     _, kv, logits = _prefill(one_pass, prompt)
     staged = Prefiller(loaded_model.model, 0, 0)
     staged.stages.layers_within = lambda *args: layers_per_stage  # type: ignore[method-assign]
-    # unpaced (no chunks) a chunk goes through every layer at once: pace it to stage it
+    # unpaced (no chunks) a chunk goes through every layer at once: pace it to stage it,
+    # and a prompt that fits one step goes whole (Prefiller._quick): not this one
     staged.pace.tokens, staged.pace.seconds = 10**6, 1.0
+    staged._quick = lambda *args: []  # type: ignore[method-assign]
     steps, kv2, logits2 = _prefill(staged, prompt)
     layers = loaded_model.model.config.num_hidden_layers
     assert steps == math.ceil(layers / layers_per_stage) + 1  # the LM head in a stage of its own
@@ -79,7 +82,8 @@ def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(
     prefiller.stages.run = run  # type: ignore[method-assign]
     while not (done := prefiller.step([seq])):
         pass
-    assert sum(ran) % layers == 0 and sum(ran) // layers >= len(prompt) // 128
+    chunks = sum(ran) // layers
+    assert sum(ran) % layers == 0 and chunks >= len(prompt) // (128 * hf_prefill.STAGES_PER_CHUNK)
     assert max(ran) < layers  # no step took a chunk through every layer
     _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
     assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
@@ -164,3 +168,53 @@ def test_a_prompts_last_chunk_in_stages_takes_its_lm_head_in_a_stage_of_its_own(
         for hook in hooks:
             hook.remove()
     assert len(steps) > 2 and steps[-2:] == [["last layer"], ["head"]]
+
+
+def _stage_shares(prefiller: Prefiller, prompt: list[int]) -> list[float]:
+    """The cost, in the cost model's units, of each stage of the prompt's layers."""
+    shares: list[float] = []
+    original = prefiller.stages.run
+
+    def run(staged: Any, n: int, **kwargs: Any) -> bool:
+        if staged.layer < len(prefiller.stages.layers):  # not the LM head's own stage
+            shares.append(prefiller.stages.share(staged, n))
+        return original(staged, n, **kwargs)
+
+    prefiller.stages.run = run  # type: ignore[method-assign]
+    _prefill(prefiller, prompt)
+    return shares
+
+
+def test_a_chunk_in_stages_is_planned_to_fill_its_steps(loaded_model: Any) -> None:
+    # planned for one step's budget, a chunk rounded up to its tile edge came out just over
+    # it and went in two stages of half a step each: twice the steps, each with a decode
+    # step of the running streams between them (a paste's TTFT 1.31x its unchunked one)
+    prompt = _prompt(loaded_model, 0, chars=6000)
+    budget = 290  # units a step: two tiles and a bit at the prompt's start
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=budget / 1000), 0.001)
+    shares = _stage_shares(prefiller, prompt)
+    assert max(shares) <= budget  # every step within its time
+    assert sum(shares[:-1]) / len(shares[:-1]) >= 0.75 * budget  # and but the last, about full
+
+
+def test_a_short_prompt_admitted_during_a_chunk_in_stages_is_computed_in_the_next_step(
+    loaded_model: Any,
+) -> None:
+    # a question asked during another user's paste does not wait for the paste's chunk
+    long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
+    _, long_kv, long_logits = _prefill(Prefiller(loaded_model.model, 0, 0), long_)
+    _, short_kv, short_logits = _prefill(Prefiller(loaded_model.model, 0, 0), short)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.29), 0.001)
+    paste, question = _Seq(long_), _Seq(short)
+    assert prefiller.step([paste]) == {} and prefiller.staged is not None
+    layer = prefiller.staged.layer
+    done = prefiller.step([paste, question])
+    assert list(done) == [id(question)] and prefiller.staged.layer == layer  # the chunk waited
+    kv, logits = done[id(question)][0].kv, done[id(question)][1]
+    assert torch.equal(kv[:, :, :, : len(short)], short_kv[:, :, :, : len(short)])
+    assert torch.equal(logits, short_logits)
+    while not (done := prefiller.step([paste])):
+        pass
+    kv, logits = done[id(paste)][0].kv, done[id(paste)][1]
+    assert torch.equal(kv[:, :, :, : len(long_)], long_kv[:, :, :, : len(long_)])
+    assert torch.equal(logits, long_logits)

@@ -13,7 +13,9 @@ each in interleaved rounds (medians):
    history, that reply, one more question) is sent. TTFT of each, and the ratio.
 2. A long paste while others stream: 4 streams run, then a fresh ~--tokens prompt arrives.
    The largest gap between two tokens of the 4 streams while it is prefilled (their median
-   gap beforehand for scale), and its own TTFT, chunked vs unchunked.
+   gap beforehand for scale), and its own TTFT, chunked vs unchunked; and the TTFT of
+   another user's short question asked --question-after seconds into the paste (a short
+   prompt should not wait for a long one).
 
 All requests are greedy. Before each measurement the benchmark waits for the machine to be
 quiet, so no server's leftover work (our cache filling in the background, llama.cpp finishing

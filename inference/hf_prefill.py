@@ -83,6 +83,10 @@ class Prefiller:
         blocks = getattr(cfg, "max_position_embeddings", 0) // ATTN_BLOCK
         self.unprobed = deque(range(1, blocks) if self.device.type == "cpu" else ())
         self.staged: Staged | None = None  # a chunk part-way through the layers
+        # prompts admitted and in no chunk yet (by id(seq)): each may be computed ahead of a
+        # long prompt's chunk once (_quick); `cut_in`: the last step did so, between stages
+        self.arrived: set[int] = set()
+        self.cut_in = False
 
     @property
     def stats(self) -> CacheStats:
@@ -95,12 +99,11 @@ class Prefiller:
         stages; for each prompt it completed (by id(seq)): its job (whose `kv` holds the
         prompt's KV) and its last position's logits. Stages are for the decode steps of
         running streams between them: with none `decoding`, a chunk goes through whole."""
-        fresh = [s for s in seqs if id(s) not in self.jobs]
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
         if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
             self.staged = None  # every prompt of it was cancelled
-        if quick := self._quick(fresh, decoding):
-            return self._completed(quick, self._run(quick))
+        if quick := self._quick(jobs, decoding):
+            return self._completed(quick, self._run(self._planned(quick)))
         if self.staged is None:
             budget = self.pace.budget(tile_cost(jobs, self.ratio))
             if self.stages is None:  # not a model it can stage: the chunk in one pass
@@ -112,30 +115,46 @@ class Prefiller:
                 work = plan_chunk(jobs, budget * STAGES_PER_CHUNK, self.ratio, overshoot=1.0)
             else:
                 work = plan_chunk(jobs, budget, self.ratio)
-            self.staged = self._begin(work)
+            self.staged = self._begin(self._planned(work))
         done = self._stage(self.staged, split=decoding)
         if done is None:
             return {}
         work, self.staged = self.staged.work, None
         return self._completed(work, done)
 
-    def _quick(self, fresh: list[Any], decoding: bool) -> list[tuple[PrefillJob, int]]:
-        """Of the prompts just admitted while streams decode, those computed whole within one
-        step: they take a step of their own, ahead of the chunks of longer prompts (each
-        prompt once, so the chunks still go on). In a chunk planned for STAGES_PER_CHUNK
-        steps, or behind one in stages, a short question asked during another user's paste
-        waited for its first token ~0.5 s (in-process, median) instead of ~0.26 s; in a
-        step of its own, ~0.06 s."""
-        if not (fresh and decoding and self.pace.paced and self.stages is not None):
+    def _quick(self, jobs: list[PrefillJob], decoding: bool) -> list[tuple[PrefillJob, int]]:
+        """While streams decode, a step for the prompts admitted since the last chunk was
+        planned that it computes whole, ahead of a long prompt's chunk in stages (at most one
+        such step between two stages, each prompt once, so the chunk still goes on), or
+        with the rest of the step shared by the other prompts when no chunk is in stages.
+        In a chunk planned for STAGES_PER_CHUNK steps, or behind one in stages, a short
+        question asked during another user's paste waited for its first token ~0.5 s
+        (in-process, median) instead of ~0.26 s; ahead of it, ~0.06 s. [] for no such step."""
+        new = [job for job in jobs if id(job.seq) in self.arrived]
+        if not (new and decoding and self.pace.paced and self.stages is not None):
             return []
-        jobs = [self.jobs[id(s)] for s in fresh]
-        work = plan_chunk(jobs, self.pace.budget(tile_cost(jobs, self.ratio)), self.ratio)
-        whole = [(job, n) for job, n in work if n and n == job.remaining]
+        if self.staged is not None and self.cut_in:
+            self.cut_in = False
+            return []
+        staged = {id(job) for job, _ in self.staged.work} if self.staged else set()
+        pool = [job for job in jobs if job.remaining and id(job) not in staged]
+        budget = self.pace.budget(tile_cost(pool, self.ratio))
+        work = plan_chunk(pool, budget, self.ratio, overshoot=1.0)
+        whole = [(job, n) for job, n in work if n == job.remaining and id(job.seq) in self.arrived]
         # within the step's time itself, not the budget's floor of a whole tile: on a CPU
         # too slow for a tile in a step, a tile goes in stages for the running streams
-        if whole and chunk_cost(whole, self.ratio) <= self.pace.units_in_step():
-            return whole
+        units = self.pace.units_in_step()
+        for step in (work, whole):
+            if whole and chunk_cost(step, self.ratio) <= units:
+                self.cut_in = self.staged is not None
+                return step
         return []
+
+    def _planned(self, work: list[tuple[PrefillJob, int]]) -> list[tuple[PrefillJob, int]]:
+        """`work`, its prompts counted as planned (no longer just arrived)."""
+        for job, _ in work:
+            self.arrived.discard(id(job.seq))
+        return work
 
     def _completed(
         self, work: list[tuple[PrefillJob, int]], done: dict[PrefillJob, torch.Tensor]
@@ -180,6 +199,7 @@ class Prefiller:
     def finished(self, seq: Any) -> None:
         """A reply ended: cache its prompt and reply for the conversation's next turn."""
         job = self.jobs.pop(id(seq), None)
+        self.arrived.discard(id(seq))
         if job is not None:  # cancelled while its prompt was prefilled: keep what was computed
             self._cache(job)
             return
@@ -195,6 +215,7 @@ class Prefiller:
 
     def reset(self) -> None:
         self.staged = None
+        self.arrived.clear()
         self._keep(None)
         self.jobs.clear()
         self.seals.clear()
@@ -205,6 +226,7 @@ class Prefiller:
         # when it completes: computing it in the background as well would only delay it
         self.seals = deque(s for s in self.seals if not _continues(tokens, s.tokens))
         job = self.jobs[id(seq)] = self._job(tokens, seq, count=True)
+        self.arrived.add(id(seq))
         return job
 
     def _job(self, tokens: list[int], seq: Any, count: bool, room: int = 0) -> PrefillJob:

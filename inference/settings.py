@@ -75,7 +75,8 @@ class Settings(BaseSettings):
         "A token deep in a prompt counts for more (1 + position / K, K ~3,000 for the bundled "
         "model, from the model's shape) because its attention reads every token before it, "
         "so each step takes about the same time; a chunk ends on a multiple of 128 positions "
-        "(the prefill's matmul tile), up to a quarter past its share to reach one. 0: whole "
+        "(the prefill's matmul tile), up to a quarter past its share to reach one (while streams "
+        "decode, a chunk is planned for two steps and cut down to one). 0: whole "
         "prompts in one step.",
     )
     prefill_step_ms: int = Field(

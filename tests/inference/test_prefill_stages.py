@@ -218,3 +218,58 @@ def test_a_short_prompt_admitted_during_a_chunk_in_stages_is_computed_in_the_nex
     kv, logits = done[id(paste)][0].kv, done[id(paste)][1]
     assert torch.equal(kv[:, :, :, : len(long_)], long_kv[:, :, :, : len(long_)])
     assert torch.equal(logits, long_logits)
+
+
+def test_one_step_at_most_goes_to_new_prompts_between_two_stages(loaded_model: Any) -> None:
+    # questions arriving every step cannot hold a paste's chunk back for ever
+    long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.29), 0.001)
+    paste, first, second = _Seq(long_), _Seq(short), _Seq(short)
+    assert prefiller.step([paste]) == {} and prefiller.staged is not None
+    layer = prefiller.staged.layer
+    assert list(prefiller.step([paste, first])) == [id(first)]
+    assert prefiller.step([paste, second]) == {}  # the chunk's next stage instead
+    assert prefiller.staged is None or prefiller.staged.layer > layer
+    assert list(prefiller.step([paste, second])) == [id(second)]
+
+
+def test_a_new_prompt_between_chunks_shares_its_step_with_the_long_prompts_next_piece(
+    loaded_model: Any,
+) -> None:
+    long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
+    _, long_kv, long_logits = _prefill(Prefiller(loaded_model.model, 0, 0), long_)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.29), 0.001)
+    paste, question = _Seq(long_), _Seq(short)
+    while prefiller.step([paste]) == {} and prefiller.staged is not None:
+        pass  # to the end of the paste's first chunk
+    job = prefiller.jobs[id(paste)]
+    before = job.done
+    assert prefiller.staged is None and 0 < before < len(long_)
+    assert list(prefiller.step([paste, question])) == [id(question)]
+    assert job.done > before and prefiller.staged is None  # in the same one-pass step
+    while not (done := prefiller.step([paste])):
+        pass
+    assert torch.equal(done[id(paste)][0].kv[:, :, :, : len(long_)], long_kv[:, :, :, : len(long_)])
+    assert torch.equal(done[id(paste)][1], long_logits)
+
+
+def test_while_streams_decode_chunks_end_on_tile_edges_within_their_steps_budget(
+    loaded_model: Any,
+) -> None:
+    from inference.prefill import ALIGN, chunk_cost
+
+    prompt = _prompt(loaded_model, 0, chars=6000)
+    budget = 290
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=budget / 1000), 0.001)
+    chunks, begin = [], prefiller._begin
+
+    def planned(work: Any) -> Any:
+        chunks.append((work[0][0].done + work[0][1], chunk_cost(work, prefiller.ratio)))
+        return begin(work)
+
+    prefiller._begin = planned  # type: ignore[method-assign]
+    _prefill(prefiller, prompt)
+    ends, costs = zip(*chunks, strict=True)
+    assert len(chunks) >= 3 and all(end % ALIGN == 0 for end in ends[:-1])  # cut down, not up
+    assert max(costs) <= budget * hf_prefill.STAGES_PER_CHUNK
+    assert max(costs) > budget  # planned for more than one step

@@ -117,7 +117,7 @@ def conversation_locked(*, owner_id, conversation_id) -> Conversation:
         row = cursor.fetchone()
     if row is None:
         raise Conversation.DoesNotExist("No such conversation of this owner.")
-    values = _converted(row, _converters(fields))
+    values = _converted(row, _converters(fields), connection)
     conversation = Conversation.from_db(
         connection.alias, [field.attname for field in fields[:own]], values[:own]
     )
@@ -145,7 +145,7 @@ def _rows(model, names: list[str], where: str, params: list) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(f"{select} WHERE {where}", params)
         rows = cursor.fetchall()
-    return [_converted(row, converters) for row in rows]
+    return [_converted(row, converters, connection) for row in rows]
 
 
 @functools.lru_cache(maxsize=256)
@@ -171,17 +171,15 @@ def _converters(fields) -> list:
 
 @functools.lru_cache(maxsize=256)
 def _converters_of(ops, fields: tuple) -> list:
-    connection = connections[DEFAULT_DB_ALIAS]
     converters = []
     for field in fields:
         column = field.get_col(field.model._meta.db_table)
-        functions = [*ops.get_db_converters(column), *column.get_db_converters(connection)]
+        functions = [*ops.get_db_converters(column), *column.get_db_converters(ops.connection)]
         converters.append((column, functions))
     return converters
 
 
-def _converted(row, converters) -> tuple:
-    connection = connections[DEFAULT_DB_ALIAS]
+def _converted(row, converters, connection) -> tuple:
     values = []
     for value, (column, functions) in zip(row, converters, strict=True):
         for convert in functions:

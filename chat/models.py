@@ -148,7 +148,12 @@ class Message(models.Model):
         ordering = ["created_at"]
         indexes = [
             models.Index(fields=["conversation", "created_at"], name="msg_conv_order"),
-            models.Index(fields=["status", "updated_at"], name="msg_status_age"),
+            # Replies being written, by conversation: each send's admission counts and the
+            # sweeper's orphans. Not updated_at, which every flush of streamed text changes:
+            # an index on it made each flush write a new entry in every index of the table
+            # (no HOT update), and the entries of those dead versions piled up under
+            # 'streaming' until a vacuum (bench/README.md, issue 18's eighteenth round).
+            models.Index(fields=["status", "conversation"], name="msg_streaming"),
         ]
 
     def __str__(self) -> str:

@@ -1,13 +1,20 @@
 """The chat tables' indexes: every foreign key's lookups use one (a cascade or a filter by it
-does not scan the table), and none is only the start of another (one more B-tree written on
-every insert for nothing: three such were written in every send, migration 0007)."""
+does not scan the table), none is only the start of another (one more B-tree written on
+every insert for nothing: three such were written in every send, migration 0007), and none
+holds a column that the relay's flushes of streamed text write (migration 0008)."""
+
+import re
 
 import pytest
 from django.apps import apps
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
+from django.test.utils import CaptureQueriesContext
 
 from chat.models import Conversation, Message, UsageDay, UsageEvent
+from chat.relay import saving
+from tests.support.factories import create_conversation, create_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,6 +62,40 @@ def migrate(target):
     executor.migrate([("chat", target)])
 
 
+def latest_migration() -> str:
+    (leaf,) = MigrationLoader(connection).graph.leaf_nodes("chat")
+    return leaf[1]
+
+
+def columns_set_by(sql: str) -> set[str]:
+    """The columns an UPDATE statement assigns."""
+    assignments = re.search(r"\bSET\b(.*?)\bWHERE\b", sql, re.S | re.I).group(1)
+    return {name.strip('"`[] ') for name in re.findall(r'([\w"`\[\]]+)\s*=', assignments)}
+
+
+def test_no_index_holds_a_column_that_flushing_streamed_text_writes():
+    """A flush runs for every streaming reply twice a second. PostgreSQL can update such a
+    row in place (HOT, no new index entries) only when no indexed column changes; with
+    updated_at indexed every flush wrote every index anew, and a send's count of replies
+    being written read through all those dead entries (bench/README.md)."""
+    conversation = create_conversation()
+    writing = create_message(conversation, role="assistant", content="", status="streaming")
+    idle = create_message(conversation, role="assistant", content="", status="streaming")
+    with CaptureQueriesContext(connection) as queries:
+        saving.reply_flush(contents={writing.id: ("Once", 1)}, alive=[writing.id, idle.id])
+    # An executemany is logged as "N times: UPDATE …".
+    statements = [re.sub(r"^\d+ times: ", "", q["sql"]) for q in queries]
+    updates = [sql for sql in statements if sql.lstrip().upper().startswith("UPDATE")]
+    written = set().union(*(columns_set_by(sql) for sql in updates))
+    assert {"content", "next_seq", "updated_at"} <= written, updates
+    indexed = {c for columns, _ in indexes(Message._meta.db_table) for c in columns}
+    assert not written & indexed, f"a flush writes indexed columns {written & indexed}"
+
+
+def test_the_replies_being_written_are_found_by_status_and_conversation():
+    assert (["status", "conversation_id"], False) in indexes(Message._meta.db_table)
+
+
 def test_migration_0007_drops_the_four_indexes_and_back():
     dropped = [
         (Conversation._meta.db_table, "owner_id"),
@@ -67,5 +108,5 @@ def test_migration_0007_drops_the_four_indexes_and_back():
         migrate("0006_sampling_settings")
         assert all(single_column_indexes(t, c) == 1 for t, c in dropped)
     finally:
-        migrate("0007_fk_indexes_in_composites")
+        migrate(latest_migration())
     assert all(single_column_indexes(t, c) == 0 for t, c in dropped)

@@ -6,6 +6,7 @@ as one script call (redis_log.APPEND_MANY), which appends them to the log and an
 them on pub/sub in one message; the next batch goes once that call returned, so a
 channel's events reach the log and every process in order. The publishing process hands
 its events to its own streams when the call returns, and skips its own announcements.
+Both directions go through chat/streaming/resp.py's lean connection, not redis-py's client.
 
 Receiving: the subscription starts with the process, streams wait until it is live before
 reading the log (events published before it would never reach them otherwise), and after a
@@ -19,10 +20,9 @@ import logging
 import uuid
 from collections.abc import Callable
 
-import redis.asyncio
 from django.conf import settings
 
-from chat.streaming import eventstream, redis_log
+from chat.streaming import eventstream, redis_log, resp
 from chat.streaming.eventstream import Event
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 ORIGIN = uuid.uuid4().hex
 # Events in one script call at most (Redis runs a script alone: keep each one short).
 MAX_BATCH = 500
+# A script call unanswered this long fails its batch (and the replies end failed) rather
+# than holding every reply of the process silent behind it.
+CALL_TIMEOUT = 10.0
 
 _task: asyncio.Task | None = None
 _ready = asyncio.Event()
@@ -64,12 +67,13 @@ async def _deliver(feed: "RedisFeed") -> None:
             eventstream.wake_every_subscription()
             await feed.listen()
         except asyncio.CancelledError:
+            feed.close()
             raise
         except Exception:
             logger.warning("event delivery through Redis broke; reconnecting", exc_info=True)
         _ready.clear()
+        feed.close()
         await asyncio.sleep(1)
-        feed.renew()
 
 
 class RedisFeed:
@@ -77,20 +81,28 @@ class RedisFeed:
     streams."""
 
     def __init__(self) -> None:
-        self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.connection: resp.Connection | None = None
 
     async def subscribe(self) -> None:
-        await self.pubsub.subscribe(redis_log.TOPIC)
+        self.connection = await resp.connect(settings.REDIS_URL)
+        await self.connection.subscribe(redis_log.TOPIC, _announcement)
 
     async def listen(self) -> None:
-        """Until it breaks."""
-        async for message in self.pubsub.listen():
-            if message["type"] == "message":
-                deliver(message["data"])
+        """Until the connection breaks (then raises)."""
+        error = await asyncio.shield(self.connection.lost)
+        raise resp.ConnectionLost(f"the subscription's connection closed ({error or 'by Redis'})")
 
-    def renew(self) -> None:
-        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
+def _announcement(payload: bytes) -> None:
+    try:
+        deliver(payload)
+    except Exception:  # one bad announcement must not take the subscription down
+        logger.exception("an announcement could not be delivered")
 
 
 def deliver(payload: bytes) -> None:
@@ -108,8 +120,7 @@ class RedisPublisher:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        self.append_many = self.client.register_script(redis_log.APPEND_MANY)
+        self.connection: resp.Connection | None = None
         self.queue: list[tuple[str, str, str, Done]] = []
         self.wake = asyncio.Event()
         self.task = loop.create_task(
@@ -119,8 +130,10 @@ class RedisPublisher:
     def publish(self, channel: str, event_type: str, data: str, done: Done) -> None:
         """On the loop. `done(event, None)` once the event is in the log, or
         `done(None, error)`; called on the loop, in the order of publishing."""
-        if "\n" in data or "\n" in event_type:
-            raise ValueError("event type and data may not hold a newline (JSON data never does)")
+        if "\n" in data or "\n" in event_type or "\n" in channel:
+            raise ValueError(
+                "channel, event type and data may not hold a newline (JSON data never does)"
+            )
         self.queue.append((channel, event_type, data, done))
         self.wake.set()
 
@@ -147,12 +160,13 @@ class RedisPublisher:
                 await self._send(batch)
 
     async def _send(self, batch: list[tuple[str, str, str, Done]]) -> None:
-        keys, args = redis_log.append_many_args([item[:3] for item in batch], ORIGIN)
+        args = redis_log.append_many_args([item[:3] for item in batch], ORIGIN)
         try:
-            ids = await self.append_many(keys=keys, args=args)
+            ids = await self._append(args)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            self._disconnect()
             # What was queued behind the batch fails too: a reply's events in the log stay
             # a prefix of those it published (the relay then ends the reply).
             failed, self.queue = batch + self.queue, []
@@ -160,9 +174,30 @@ class RedisPublisher:
                 _call(done, None, exc)
             return
         for (channel, event_type, data, done), event_id in zip(batch, ids):
-            event = Event(channel, event_type, data, id=int(event_id))
+            event = Event(channel, event_type, data, id=event_id)
             eventstream.notify(event)
             _call(done, event, None)
+
+    async def _append(self, args: list) -> list[int]:
+        """APPEND_MANY: the events' ids. The script is sent by its digest, and whole only
+        when Redis does not know it (a new or restarted server)."""
+        if self.connection is None or self.connection.lost.done():
+            # nothing was sent on a connection known to be closed: a new one is safe
+            self.connection = await resp.connect(settings.REDIS_URL)
+        call = self.connection.call
+        try:
+            ids = await call("EVALSHA", redis_log.APPEND_MANY_SHA, 0, *args, timeout=CALL_TIMEOUT)
+        except resp.RedisError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+            ids = await call("EVAL", redis_log.APPEND_MANY, 0, *args, timeout=CALL_TIMEOUT)
+        return [int(event_id) for event_id in ids.split()]
+
+    def _disconnect(self) -> None:
+        """After a failed call: the next batch opens a new connection."""
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
 
 def _call(done: Done, event: Event | None, error: BaseException | None) -> None:

@@ -4,6 +4,7 @@ streams at once and to the others through pub/sub. Skipped when Redis is absent.
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -144,3 +145,88 @@ def test_data_with_a_newline_is_refused_rather_than_announced_wrong(redis_url):
             delivery.publisher().publish("c", "token", "a\nb", lambda e, err: None)
 
     asyncio.run(run())
+
+
+def test_the_publisher_sends_its_script_whole_when_redis_has_forgotten_it(redis_url):
+    import redis
+
+    (channel,) = channels(1)
+
+    async def run():
+        publisher = delivery.publisher()
+        first = await publisher.apublish(channel, "token", '{"n": 1}')
+        redis.Redis.from_url(redis_url).script_flush()  # as a restarted server would have
+        second = await publisher.apublish(channel, "token", '{"n": 2}')
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert second.id == first.id + 1
+
+
+def test_the_publisher_opens_a_new_connection_once_redis_has_dropped_its_own(redis_url):
+    import redis
+
+    (channel,) = channels(1)
+
+    async def run():
+        publisher = delivery.publisher()
+        first = await publisher.apublish(channel, "token", '{"n": 1}')
+        own = await publisher.connection.call("CLIENT", "ID")
+        redis.Redis.from_url(redis_url).client_kill_filter(_id=own)
+        await asyncio.wait_for(publisher.connection.lost, 5)
+        second = await publisher.apublish(channel, "token", '{"n": 2}')
+        return first, second
+
+    first, second = asyncio.run(run())
+    assert second.id == first.id + 1
+
+
+def test_the_feed_hands_other_processes_events_to_this_processs_streams_across_a_dropped_connection(
+    redis_url,
+):
+    import redis
+
+    (channel,) = channels(1)
+    other_process = uuid.uuid4().hex
+    sender = redis.Redis.from_url(redis_url)
+
+    def announce(event_id: int, text: str) -> None:
+        payload = f'{other_process}\n{event_id}\n{channel}\ntoken\n{{"text": "{text}"}}'
+        sender.publish(redis_log.TOPIC, payload)
+
+    async def heard(subscription, count: int) -> list:
+        events, deadline = [], time.monotonic() + 5
+        while len(events) < count and time.monotonic() < deadline:
+            events += subscription.take()[0]
+            await asyncio.sleep(0.01)
+        return events
+
+    async def run():
+        feed = delivery.RedisFeed()
+        task = asyncio.ensure_future(delivery._deliver(feed))
+        subscription = Subscription(channel, user_id=1)
+        subscription.open()
+        try:
+            while not delivery._ready.is_set():
+                await asyncio.sleep(0.01)
+            announce(1, "before")
+            before = await heard(subscription, 1)
+            old = feed.connection
+            host, port = old.transport.get_extra_info("sockname")[:2]
+            sender.client_kill_filter(addr=f"{host}:{port}")
+            await asyncio.wait_for(old.lost, 5)
+            deadline = time.monotonic() + 10  # the feed waits a second, then subscribes again
+            while feed.connection in (None, old) or not delivery._ready.is_set():
+                assert time.monotonic() < deadline, "the feed did not subscribe again"
+                await asyncio.sleep(0.05)
+            announce(2, "after")
+            after = await heard(subscription, 1)
+            return before, after
+        finally:
+            subscription.close()
+            task.cancel()
+            delivery._ready.clear()
+
+    before, after = asyncio.run(run())
+    assert [(e.id, e.data) for e in before] == [(1, '{"text": "before"}')]
+    assert [(e.id, e.data) for e in after] == [(2, '{"text": "after"}')]

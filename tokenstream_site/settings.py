@@ -147,7 +147,7 @@ else:
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "chat.cache.RedisCache",  # one client per pool: see there
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "tokenstream",
         }

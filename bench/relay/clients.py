@@ -2,12 +2,28 @@
 open its event stream, send, read tokens), and clients of the inference server directly."""
 
 import asyncio
+import contextlib
 import json
 import time
 
 import httpx
 
+from bench.relay import lean
+
 PASSWORD = "bench-Pass-phrase-9"
+# --client lean: the measured streams are read by bench/relay/lean.py instead of httpx
+LEAN = False
+
+
+@contextlib.asynccontextmanager
+async def event_stream(client: httpx.AsyncClient, path: str):
+    """An iterator of (event, data, arrival time, id) of the event stream at `path`."""
+    if LEAN:
+        async with lean.stream(client, "GET", path) as (_, events):
+            yield events
+    else:
+        async with client.stream("GET", path) as response:
+            yield read_sse(response)
 
 
 async def read_sse(response: httpx.Response):
@@ -114,8 +130,8 @@ async def site_stream(
     try:
         if cold:
             conversation = await new_conversation(client)
-        async with client.stream("GET", f"/events/conversations/{conversation}/") as events:
-            iterator = read_sse(events).__aiter__()
+        async with event_stream(client, f"/events/conversations/{conversation}/") as events:
+            iterator = events.__aiter__()
             while (await iterator.__anext__())[0] != "stream-open":
                 pass
             if not cold:
@@ -146,14 +162,11 @@ async def direct_stream(
     await asyncio.sleep(delay)
     sent = time.monotonic()
     body = {"messages": [{"role": "user", "content": text}], "stream": True}
-    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+    async with _completion_chunks(client, body) as chunks:
         if on_posted:
             on_posted()
-        async for line in response.aiter_lines():
-            if not line.startswith("data:") or line.endswith("[DONE]"):
-                continue
-            arrived = time.monotonic()
-            chunk = json.loads(line[5:])
+        async for data, arrived in chunks:
+            chunk = json.loads(data)
             content = (chunk["choices"] or [{}])[0].get("delta", {}).get("content")
             if content:
                 if not result["text"]:
@@ -162,3 +175,30 @@ async def direct_stream(
                 result["text"].append(content)
                 result["arrivals"].append(arrived)
                 result["latency"].append(arrived - chunk["x_ts"])
+
+
+@contextlib.asynccontextmanager
+async def _completion_chunks(client: httpx.AsyncClient, body: dict):
+    """The `data:` payloads of a streamed chat completion but [DONE], with their arrival."""
+
+    async def lean_chunks(events):
+        async for _, data, arrived, _ in events:
+            if data != "[DONE]":
+                yield data, arrived
+
+    async def httpx_chunks(response):
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and not line.endswith("[DONE]"):
+                yield line[5:], time.monotonic()
+
+    if LEAN:
+        async with lean.stream(
+            client, "POST", "/v1/chat/completions", json.dumps(body).encode()
+        ) as (
+            _,
+            events,
+        ):
+            yield lean_chunks(events)
+    else:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            yield httpx_chunks(response)

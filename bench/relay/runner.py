@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.relay import clients as stream_readers
 from bench.relay.clients import new_http, sign_in
 from bench.relay.database import ensure_database
 from bench.relay.rounds import idle_streams, reconnect_storm, run_round, send_burst
@@ -76,6 +77,13 @@ def parse_args(argv=None):
     parser.add_argument(
         "--sites", type=int, default=1, help="site processes (clients spread over them)"
     )
+    parser.add_argument(
+        "--client",
+        choices=("httpx", "lean"),
+        default="httpx",
+        help="what reads the measured streams, through the site and directly alike: httpx, "
+        "or bench/relay/lean.py (a fraction of httpx's CPU on the same machine)",
+    )
     parser.add_argument("--database-url", default="", help="e.g. a PostgreSQL URL (default SQLite)")
     parser.add_argument("--redis-url", default="", help="Redis for the layer, log and delivery")
     return parser.parse_args(argv)
@@ -116,7 +124,8 @@ def report(args, out: dict) -> None:
         f"{USERS} signed-in users, sends spread over {args.ramp:g} s"
         f"{' (cold pages)' if args.cold else ''}, {args.sites} site process(es), "
         f"{'PostgreSQL' if args.database_url else 'SQLite'}"
-        f"{' + Redis' if args.redis_url else ' + in-memory'}, {os.cpu_count()} cores; "
+        f"{' + Redis' if args.redis_url else ' + in-memory'}, {os.cpu_count()} cores, "
+        f"streams read by {args.client}; "
         "latency = client arrival - inference production"
     )
     print(" | ".join(f"{c:>10}" for c in COLUMNS))
@@ -162,6 +171,7 @@ def _cell(value) -> str:
 def run(args) -> dict:
     """Start the fake inference server and the site processes, measure, stop them (also
     when one of them fails to start)."""
+    stream_readers.LEAN = args.client == "lean"
     if args.database_url and ensure_database(args.database_url):
         print(f"created the benchmark's database ({args.database_url})")
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from chat.inference_client.transport import StreamClosed, StreamProtocol
+from chat.inference_client.transport import StreamClosed, StreamProtocol, StreamResponse
 
 
 class EventProtocol(StreamProtocol):
@@ -52,17 +52,6 @@ class EventProtocol(StreamProtocol):
                 self.payloads.append((event, "\n".join(lines), arrived, event_id))
 
 
-async def _events(protocol: EventProtocol):
-    while True:
-        while protocol.payloads:
-            yield protocol.payloads.popleft()
-        if protocol.complete:
-            return
-        if protocol.closed is not None:
-            raise StreamClosed(str(protocol.closed))
-        await protocol.wait()
-
-
 @asynccontextmanager
 async def stream(client: httpx.AsyncClient, method: str, path: str, json_body: bytes = b""):
     """`client`'s request (its base URL and cookies) as a lean stream: yields (status,
@@ -87,6 +76,7 @@ async def stream(client: httpx.AsyncClient, method: str, path: str, json_body: b
             if protocol.closed is not None:
                 raise StreamClosed("the server closed the connection before answering")
             await protocol.wait()
-        yield protocol.status, _events(protocol)
+        # its sse_data hands out whatever the protocol queued: here, whole events
+        yield protocol.status, StreamResponse(protocol).sse_data()
     finally:
         transport.abort()

@@ -142,9 +142,12 @@ def test_numbers_are_accepted_only_when_finite_and_in_range(value):
 
 
 def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path):
+    # Django's Redis cache (or the site's subclass of it, chat/cache.py): one Redis for all
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.CACHES['default']['BACKEND'])"
+        "from django.utils.module_loading import import_string as load; "
+        "from django.core.cache.backends.redis import RedisCache; "
+        "print(issubclass(load(s.CACHES['default']['BACKEND']), RedisCache))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -153,7 +156,7 @@ def test_with_redis_every_site_process_counts_the_same_sign_in_failures(tmp_path
         text=True,
         env=production_env(TOKENSTREAM_VAR_DIR=str(tmp_path), REDIS_URL="redis://127.0.0.1:6379/0"),
     )
-    assert result.stdout.strip() == "django.core.cache.backends.redis.RedisCache", result.stderr
+    assert result.stdout.strip() == "True", result.stderr
 
 
 def signup(client: Client, name: str, address: str):

@@ -19,7 +19,7 @@ LEAN = False
 async def event_stream(client: httpx.AsyncClient, path: str):
     """An iterator of (event, data, arrival time, id) of the event stream at `path`."""
     if LEAN:
-        async with lean.stream(client, "GET", path) as (_, events):
+        async with lean.stream(client, "GET", path) as events:
             yield events
     else:
         async with client.stream("GET", path) as response:
@@ -33,15 +33,8 @@ async def read_sse(response: httpx.Response):
         buffer += text
         while "\n\n" in buffer:
             block, buffer = buffer.split("\n\n", 1)
-            event, data, event_id = "message", [], None
-            for line in block.split("\n"):
-                if line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].strip())
-                elif line.startswith("id:"):
-                    event_id = line[3:].strip()
-            yield event, "\n".join(data), time.monotonic(), event_id
+            event, data, event_id = lean.parse_block(block)
+            yield event, data, time.monotonic(), event_id
 
 
 def new_http(base: str) -> httpx.AsyncClient:
@@ -192,12 +185,8 @@ async def _completion_chunks(client: httpx.AsyncClient, body: dict):
                 yield line[5:], time.monotonic()
 
     if LEAN:
-        async with lean.stream(
-            client, "POST", "/v1/chat/completions", json.dumps(body).encode()
-        ) as (
-            _,
-            events,
-        ):
+        payload = json.dumps(body).encode()
+        async with lean.stream(client, "POST", "/v1/chat/completions", payload) as events:
             yield lean_chunks(events)
     else:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:

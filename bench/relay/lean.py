@@ -38,24 +38,31 @@ class EventProtocol(StreamProtocol):
         *blocks, self._text = text.split("\n\n")
         arrived = time.monotonic()
         for block in blocks:
-            event, lines, event_id = "message", [], None
-            for line in block.split("\n"):
-                name, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
-                if name == "data":
-                    lines.append(value)
-                elif name == "event":
-                    event = value
-                elif name == "id":
-                    event_id = value
-            if lines or event != "message":
-                self.payloads.append((event, "\n".join(lines), arrived, event_id))
+            event, data, event_id = parse_block(block)
+            if data or event != "message":
+                self.payloads.append((event, data, arrived, event_id))
+
+
+def parse_block(block: str) -> tuple[str, str, str | None]:
+    """An SSE event's (event, data, id) from its lines (comments and unknown fields
+    ignored; data lines joined by newlines)."""
+    event, lines, event_id = "message", [], None
+    for line in block.split("\n"):
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            lines.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id":
+            event_id = value
+    return event, "\n".join(lines), event_id
 
 
 @asynccontextmanager
 async def stream(client: httpx.AsyncClient, method: str, path: str, json_body: bytes = b""):
-    """`client`'s request (its base URL and cookies) as a lean stream: yields (status,
-    an async iterator of its events)."""
+    """`client`'s request (its base URL and cookies) as a lean stream: yields an async
+    iterator of its events."""
     url = urlsplit(str(client.base_url.join(path)))
     head = [
         f"{method} {url.path}{'?' + url.query if url.query else ''} HTTP/1.1",
@@ -77,6 +84,6 @@ async def stream(client: httpx.AsyncClient, method: str, path: str, json_body: b
                 raise StreamClosed("the server closed the connection before answering")
             await protocol.wait()
         # its sse_data hands out whatever the protocol queued: here, whole events
-        yield protocol.status, StreamResponse(protocol).sse_data()
+        yield StreamResponse(protocol).sse_data()
     finally:
         transport.abort()

@@ -26,6 +26,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from chat import batch
+from chat.batch import Statement
 from chat.models import Conversation, Feedback, Message, Preset, ShareLink, UsageEvent
 from chat.permissions import can_review
 from chat.tree import Node, Tree
@@ -75,14 +77,26 @@ class ConversationPath:
 
 def conversation_tree(*, conversation: Conversation) -> Tree:
     """What conversation.messages.values_list("id", "parent_id", "created_at") reads, as
-    one plain SELECT (_rows): built through the ORM it cost more than running it, on every
-    send."""
+    one plain SELECT: built through the ORM it cost more than running it, on every send."""
+    statement = conversation_tree_statement(conversation_id=conversation.pk)
+    return tree_from_rows(batch.run([statement])[0].rows)
+
+
+TREE_FIELDS = ("id", "parent", "created_at")
+
+
+def conversation_tree_statement(*, conversation_id) -> Statement:
     connection = connections[DEFAULT_DB_ALIAS]
-    key = Message._meta.get_field("conversation").get_db_prep_value(conversation.pk, connection)
-    rows = _rows(
-        Message, ["id", "parent", "created_at"], f"{_column(Message, 'conversation')} = %s", [key]
-    )
-    return Tree.build(Node(*row) for row in rows)
+    select, _ = _select(connection.ops, Message, TREE_FIELDS)
+    key = Message._meta.get_field("conversation").get_db_prep_value(conversation_id, connection)
+    return Statement(f"{select} WHERE {_column(Message, 'conversation')} = %s", [key])
+
+
+def tree_from_rows(rows: list) -> Tree:
+    """The tree from conversation_tree_statement's rows."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    _, converters = _select(connection.ops, Message, TREE_FIELDS)
+    return Tree.build(Node(*_converted(row, converters, connection)) for row in rows)
 
 
 def conversation_locked(*, owner_id, conversation_id) -> Conversation:
@@ -92,32 +106,48 @@ def conversation_locked(*, owner_id, conversation_id) -> Conversation:
     .get(pk=conversation_id, owner_id=owner_id) as one plain SELECT, which the ORM built
     at a cost several times that of running it, on every send. Conversation.DoesNotExist
     unless it is the owner's."""
+    statement = conversation_locked_statement(owner_id=owner_id, conversation_id=conversation_id)
+    return conversation_from_locked_rows(batch.run([statement])[0].rows)
+
+
+def conversation_locked_statement(*, owner_id, conversation_id) -> Statement:
     connection = connections[DEFAULT_DB_ALIAS]
+    key = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    return Statement(_locked_sql(connection.ops), [key, owner_id])
+
+
+@functools.lru_cache(maxsize=256)
+def _locked_sql(ops) -> str:
+    """The statement's text made once per connection (`ops` is its own), not every send."""
     conversation_meta, preset_meta = Conversation._meta, Preset._meta
-    fields = [*conversation_meta.concrete_fields, *preset_meta.concrete_fields]
-    own = len(conversation_meta.concrete_fields)
-    quote = connection.ops.quote_name
+    quote = ops.quote_name
     table, presets = quote(conversation_meta.db_table), quote(preset_meta.db_table)
     columns = ", ".join(
-        f"{quote(field.model._meta.db_table)}.{quote(field.column)}" for field in fields
+        f"{quote(field.model._meta.db_table)}.{quote(field.column)}" for field in _locked_fields()
     )
     sql = (
         f"SELECT {columns} FROM {table} LEFT OUTER JOIN {presets} ON "
-        f"{table}.{_column(Conversation, 'preset')} = {presets}.{quote(preset_meta.pk.column)} "
-        f"WHERE {table}.{_column(Conversation, 'id')} = %s "
-        f"AND {table}.{_column(Conversation, 'owner')} = %s"
+        f"{table}.{quote(conversation_meta.get_field('preset').column)} = "
+        f"{presets}.{quote(preset_meta.pk.column)} "
+        f"WHERE {table}.{quote(conversation_meta.pk.column)} = %s "
+        f"AND {table}.{quote(conversation_meta.get_field('owner').column)} = %s"
     )
-    features = connection.features
+    features = ops.connection.features
     if features.has_select_for_update:
         of = (table,) if features.has_select_for_update_of else ()
-        sql += " " + connection.ops.for_update_sql(of=of)
-    params = [conversation_meta.pk.get_db_prep_value(conversation_id, connection), owner_id]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+        sql += " " + ops.for_update_sql(of=of)
+    return sql
+
+
+def conversation_from_locked_rows(rows: list) -> Conversation:
+    """The conversation (its preset cached on it) from conversation_locked_statement's
+    rows; Conversation.DoesNotExist when there are none."""
+    if not rows:
         raise Conversation.DoesNotExist("No such conversation of this owner.")
-    values = _converted(row, _converters(fields), connection)
+    connection = connections[DEFAULT_DB_ALIAS]
+    fields = _locked_fields()
+    own = len(Conversation._meta.concrete_fields)
+    values = _converted(rows[0], _converters(fields), connection)
     conversation = Conversation.from_db(
         connection.alias, [field.attname for field in fields[:own]], values[:own]
     )
@@ -126,8 +156,12 @@ def conversation_locked(*, owner_id, conversation_id) -> Conversation:
         preset = Preset.from_db(
             connection.alias, [field.attname for field in fields[own:]], values[own:]
         )
-    conversation_meta.get_field("preset").set_cached_value(conversation, preset)
+    Conversation._meta.get_field("preset").set_cached_value(conversation, preset)
     return conversation
+
+
+def _locked_fields() -> list:
+    return [*Conversation._meta.concrete_fields, *Preset._meta.concrete_fields]
 
 
 def _column(model, name: str) -> str:
@@ -278,15 +312,38 @@ def reply_admission_counts(*, user_id, conversation_id, since) -> tuple[int, int
     """What a new reply is admitted on: replies being written in this conversation, in all
     of the user's, and replies the user asked for since `since`. One statement, written as
     SQL: building three counts through the ORM cost more CPU than running them."""
+    statement = reply_admission_counts_statement(
+        user_id=user_id, conversation_id=conversation_id, since=since
+    )
+    here, streaming_total, recent = batch.run([statement])[0].rows[0]
+    return here, streaming_total, recent
+
+
+def reply_admission_counts_statement(*, user_id, conversation_id, since) -> Statement:
     connection = connections[DEFAULT_DB_ALIAS]
+    streaming = Message.Status.STREAMING
+    params = [
+        Message._meta.get_field("conversation").get_db_prep_value(conversation_id, connection),
+        streaming,
+        user_id,
+        streaming,
+        user_id,
+        UsageEvent.Action.REPLY,
+        UsageEvent._meta.get_field("created_at").get_db_prep_value(since, connection),
+    ]
+    return Statement(_admission_counts_sql(connection.ops), params)
+
+
+@functools.lru_cache(maxsize=256)
+def _admission_counts_sql(ops) -> str:
     message, conversation, event = Message._meta, Conversation._meta, UsageEvent._meta
-    quote = connection.ops.quote_name
+    quote = ops.quote_name
 
     def column(meta, name: str) -> str:
         return f"{quote(meta.db_table)}.{quote(meta.get_field(name).column)}"
 
     messages, conversations = quote(message.db_table), quote(conversation.db_table)
-    sql = (
+    return (
         f"SELECT (SELECT COUNT(*) FROM {messages} WHERE {column(message, 'conversation')} = %s"
         f" AND {column(message, 'status')} = %s),"
         f" (SELECT COUNT(*) FROM {messages} INNER JOIN {conversations}"
@@ -295,20 +352,6 @@ def reply_admission_counts(*, user_id, conversation_id, since) -> tuple[int, int
         f" (SELECT COUNT(*) FROM {quote(event.db_table)} WHERE {column(event, 'user')} = %s"
         f" AND {column(event, 'action')} = %s AND {column(event, 'created_at')} >= %s)"
     )
-    streaming = Message.Status.STREAMING
-    params = [
-        conversation.pk.get_db_prep_value(conversation_id, connection),
-        streaming,
-        user_id,
-        streaming,
-        user_id,
-        UsageEvent.Action.REPLY,
-        event.get_field("created_at").get_db_prep_value(since, connection),
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        here, streaming_total, recent = cursor.fetchone()
-    return here, streaming_total, recent
 
 
 def user_usage_since(*, user_id, action: str, since: datetime.datetime) -> int:

@@ -4,6 +4,7 @@ committed, so the relay always finds its row. Errors say what went wrong in a se
 the user; the API layer alone decides which HTTP status each kind gets."""
 
 import datetime
+import functools
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -11,11 +12,13 @@ from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from chat import selectors, usage
+from chat import batch, selectors, usage
+from chat.batch import Statement
 from chat.inference_client import catalog
 from chat.models import Conversation, Feedback, Message, Preset, UsageEvent
 from chat.relay.manager import relay_manager
 from chat.relay.prompt import generation_for
+from chat.tree import Tree
 
 TITLE_CHARS = 60
 RATE_WINDOW = usage.RATE_WINDOW
@@ -137,29 +140,71 @@ def _lock_user(user_id) -> None:
     Django would run it without the lock). Plain SQL: the ORM built this one-row SELECT at
     several times the cost of running it, on every send (half of a PostgreSQL send's locking
     CPU in a py-spy profile)."""
+    statement = _lock_user_statement(user_id)
+    if statement is not None:
+        batch.run([statement])
+
+
+def _lock_user_statement(user_id) -> Statement | None:
     connection = connections[DEFAULT_DB_ALIAS]
-    features = connection.features
-    if not features.has_select_for_update:
-        return
+    if not connection.features.has_select_for_update:
+        return None
+    key = get_user_model()._meta.pk.get_db_prep_value(user_id, connection)
+    return Statement(_lock_user_sql(connection.ops), [key])
+
+
+@functools.lru_cache(maxsize=256)
+def _lock_user_sql(ops) -> str:
+    """Made once per connection (`ops` is its own), not every send."""
     meta = get_user_model()._meta
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT 1 FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} = %s "
-        + connection.ops.for_update_sql(no_key=features.has_select_for_no_key_update)
+    features = ops.connection.features
+    return (
+        f"SELECT 1 FROM {ops.quote_name(meta.db_table)} WHERE {ops.quote_name(meta.pk.column)}"
+        f" = %s {ops.for_update_sql(no_key=features.has_select_for_no_key_update)}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [meta.pk.get_db_prep_value(user_id, connection)])
 
 
-def _lock_for_reply(*, owner_id, conversation_id) -> Conversation:
-    """The owner first, then the conversation: every writer takes them in this order.
+@dataclass(frozen=True)
+class _Admitted:
+    """A new reply's conversation, locked, its checks passed; `writes` (the reply's rate
+    row) go to the database with the caller's own rows."""
+
+    conversation: Conversation
+    tree: Tree | None
+    writes: list
+
+
+def _lock_and_admit(*, owner_id, conversation_id, tree: bool = False) -> _Admitted:
+    """Every new reply (send, edit, regenerate) passes here. The owner is locked first,
+    then the conversation: every writer takes them in this order. The conversation too, so
+    two requests cannot both pass the streaming check, nor both move the active leaf (its
+    row only: PostgreSQL cannot lock the nullable side of the preset's outer join). Then
+    what the reply is admitted on, counted under the locks (what committed before: nothing
+    can slip in between), the quota overrides and, when asked, the tree. All are read in
+    one round trip where the database allows it (chat/batch.py), in this order.
     Conversation.DoesNotExist unless the conversation is the owner's (the send view's only
     read of it: the fields that matter are read here, under the lock)."""
-    _lock_user(owner_id)
-    # The conversation too, so two requests cannot both pass the streaming check, nor both
-    # move the active leaf. Its row only: PostgreSQL cannot lock the nullable side of the
-    # preset's outer join.
-    return selectors.conversation_locked(owner_id=owner_id, conversation_id=conversation_id)
+    since = timezone.now() - RATE_WINDOW
+    reads = [
+        selectors.conversation_locked_statement(owner_id=owner_id, conversation_id=conversation_id),
+        selectors.reply_admission_counts_statement(
+            user_id=owner_id, conversation_id=conversation_id, since=since
+        ),
+        usage.overrides_statement(user_id=owner_id),
+    ]
+    if tree:
+        reads.append(selectors.conversation_tree_statement(conversation_id=conversation_id))
+    lock = _lock_user_statement(owner_id)
+    results = batch.run([lock, *reads] if lock else reads)[-len(reads) :]
+    conversation = selectors.conversation_from_locked_rows(results[0].rows)
+    _check_admission(*results[1].rows[0], user_id=owner_id, overrides=results[2].rows)
+    return _Admitted(
+        conversation=conversation,
+        tree=selectors.tree_from_rows(results[3].rows) if tree else None,
+        writes=[
+            batch.insert_statement([UsageEvent(user_id=owner_id, action=UsageEvent.Action.REPLY)])
+        ],
+    )
 
 
 def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
@@ -169,23 +214,11 @@ def _charge(*, user_id, action: str, limit: int, refusal: str) -> None:
     since = timezone.now() - RATE_WINDOW
     if selectors.user_usage_since(user_id=user_id, action=action, since=since) >= limit:
         raise RateLimited(refusal)
-    _usage_event_create(user_id=user_id, action=action)
+    batch.run([batch.insert_statement([UsageEvent(user_id=user_id, action=action)])])
 
 
-def _check_quota(*, user_id) -> None:
-    exceeded = usage.quota_exceeded(user=user_id)
-    if exceeded is not None:
-        raise QuotaExceeded(usage.quota_sentence(exceeded), exceeded.resets_at)
-
-
-def _admit_reply(conversation: Conversation) -> None:
-    """Every new reply (send, edit, regenerate, an API call) passes here, under the user's
-    lock: the checks count what committed before, and nothing can slip in between. The
-    three counts are one statement (selectors.reply_admission_counts)."""
-    user_id = conversation.owner_id
-    here, streaming, recent = selectors.reply_admission_counts(
-        user_id=user_id, conversation_id=conversation.pk, since=timezone.now() - RATE_WINDOW
-    )
+def _check_admission(here: int, streaming: int, recent: int, *, user_id, overrides) -> None:
+    """here, streaming, recent: what selectors.reply_admission_counts counts."""
     if here:
         raise Conflict("A reply is still being written in this conversation. Stop it or wait.")
     if streaming >= settings.CHAT_MAX_STREAMING_PER_USER:
@@ -198,8 +231,9 @@ def _admit_reply(conversation: Conversation) -> None:
             f"You asked for {limit} replies in the last minute, the most allowed. "
             "Wait a minute and try again."
         )
-    _usage_event_create(user_id=user_id, action=UsageEvent.Action.REPLY)
-    _check_quota(user_id=user_id)
+    exceeded = usage.quota_exceeded(user=user_id, overrides=overrides)
+    if exceeded is not None:
+        raise QuotaExceeded(usage.quota_sentence(exceeded), exceeded.resets_at)
 
 
 def _new_reply(
@@ -227,80 +261,46 @@ def _new_reply(
 
 
 def _reply_create(
-    *, conversation: Conversation, question: Message, path: list | None = None
+    *, conversation: Conversation, question: Message, path: list | None = None, writes: list
 ) -> Message:
+    """A streaming reply to `question`, the end of the active path, written with `writes`
+    (the admission's) in one round trip where the database allows it."""
     reply = _new_reply(conversation=conversation, question=question, path=path)
-    reply.save(force_insert=True)
+    conversation.active_leaf = reply
+    batch.run(
+        [
+            *writes,
+            batch.insert_statement([reply]),
+            batch.update_statement(conversation, ["active_leaf", "updated_at"]),
+        ]
+    )
     return reply
 
 
 def _question_and_reply(
-    *, conversation: Conversation, parent_id, content: str, path: list | None = None
+    *, admitted: _Admitted, parent_id, content: str, path: list | None = None
 ) -> SentMessage:
     """A question under parent_id (None: a first message) and its streaming reply, which
-    becomes the end of the active path. Both rows in one INSERT (their ids are made here).
+    becomes the end of the active path. Both rows in one INSERT (their ids are made here),
+    written with the admission's rows in one round trip where the database allows it.
     path: the ids from the first message down to parent_id, when the caller knows them."""
+    conversation = admitted.conversation
     question = Message(
         conversation=conversation, role=Message.Role.USER, content=content, parent_id=parent_id
     )
     question_path = None if path is None else [*path, question.id]
     reply = _new_reply(conversation=conversation, question=question, path=question_path)
-    _insert_rows([question, reply])
     conversation.active_leaf = reply
     if not conversation.title:
         conversation.title = title_from(content)
-    _save_fields(conversation, ["title", "active_leaf", "updated_at"])
+    batch.run(
+        [
+            *admitted.writes,
+            batch.insert_statement([question, reply]),
+            batch.update_statement(conversation, ["title", "active_leaf", "updated_at"]),
+        ]
+    )
     return SentMessage(user_message=question, assistant_message=reply)
-
-
-def _save_fields(instance, names: list[str]) -> None:
-    """instance.save(update_fields=names) as one plain UPDATE (no model signals: none are
-    connected). Model.save built the statement through the ORM at a cost several times
-    that of running it, on every send."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    meta = instance._meta
-    fields = [meta.get_field(name) for name in names]
-    quote = connection.ops.quote_name
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET "
-        f"{', '.join(f'{quote(f.column)} = %s' for f in fields)} "
-        f"WHERE {quote(meta.pk.column)} = %s"
-    )
-    params = [f.get_db_prep_save(f.pre_save(instance, False), connection) for f in fields]
-    params.append(meta.pk.get_db_prep_value(instance.pk, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def _insert_rows(instances: list) -> None:
-    """What bulk_create does for new rows of one model (no signals; auto_now stamps), as
-    one plain multi-row INSERT. On PostgreSQL bulk_create sends each column as an array to
-    UNNEST, and psycopg's client-side binding quoted every element of every array in Python:
-    the send's costliest statement. And Model.save (QuerySet.create) built its INSERT through
-    the ORM at a cost several times that of running it. An auto-increment key is left to
-    the database and not read back (the instances keep pk None)."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    meta = instances[0]._meta
-    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
-    quote = connection.ops.quote_name
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-        f"VALUES {', '.join([row] * len(instances))}"
-    )
-    params = []
-    for instance in instances:
-        instance._prepare_related_fields_for_save(operation_name="bulk_create")
-        params += [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-    for instance in instances:
-        instance._state.adding = False
-        instance._state.db = connection.alias
-
-
-def _usage_event_create(*, user_id, action: str) -> None:
-    _insert_rows([UsageEvent(user_id=user_id, action=action)])
 
 
 def message_send(*, conversation: Conversation, content: str) -> SentMessage:
@@ -312,15 +312,16 @@ def message_send(*, conversation: Conversation, content: str) -> SentMessage:
 
 def message_send_to(*, owner_id, conversation_id, content: str) -> SentMessage:
     """message_send by ids: Conversation.DoesNotExist unless the conversation is the
-    owner's. The tree read under the lock also gives the new messages' siblings."""
+    owner's. The tree read under the lock also gives the new messages' siblings. Four round
+    trips on PostgreSQL (BEGIN, the reads, the writes, COMMIT), where one statement at a
+    time made ten."""
     with transaction.atomic():
-        conversation = _lock_for_reply(owner_id=owner_id, conversation_id=conversation_id)
-        _admit_reply(conversation)
-        tree = selectors.conversation_tree(conversation=conversation)
-        path = tree.active_path(conversation.active_leaf_id)
+        admitted = _lock_and_admit(owner_id=owner_id, conversation_id=conversation_id, tree=True)
+        tree = admitted.tree
+        path = tree.active_path(admitted.conversation.active_leaf_id)
         parent_id = path[-1] if path else None
         sent = _question_and_reply(
-            conversation=conversation, parent_id=parent_id, content=content, path=path
+            admitted=admitted, parent_id=parent_id, content=content, path=path
         )
     question, reply = sent.user_message, sent.assistant_message
     siblings = {
@@ -335,14 +336,12 @@ def reply_regenerate(*, reply: Message) -> Message:
     if reply.role != Message.Role.ASSISTANT or reply.parent_id is None:
         raise ServiceError("Only a reply of the assistant can be regenerated.")
     with transaction.atomic():
-        conversation = _lock_for_reply(
+        admitted = _lock_and_admit(
             owner_id=reply.conversation.owner_id, conversation_id=reply.conversation_id
         )
-        _admit_reply(conversation)
-        new_reply = _reply_create(conversation=conversation, question=reply.parent)
-        conversation.active_leaf = new_reply
-        conversation.save(update_fields=["active_leaf", "updated_at"])
-    return new_reply
+        return _reply_create(
+            conversation=admitted.conversation, question=reply.parent, writes=admitted.writes
+        )
 
 
 def message_edit(*, message: Message, content: str) -> SentMessage:
@@ -351,13 +350,10 @@ def message_edit(*, message: Message, content: str) -> SentMessage:
     if message.role != Message.Role.USER:
         raise ServiceError("Only your own messages can be edited.")
     with transaction.atomic():
-        conversation = _lock_for_reply(
+        admitted = _lock_and_admit(
             owner_id=message.conversation.owner_id, conversation_id=message.conversation_id
         )
-        _admit_reply(conversation)
-        return _question_and_reply(
-            conversation=conversation, parent_id=message.parent_id, content=content
-        )
+        return _question_and_reply(admitted=admitted, parent_id=message.parent_id, content=content)
 
 
 def conversation_switch(*, conversation: Conversation, message: Message) -> Conversation:
@@ -412,15 +408,14 @@ def conversation_start_from_api(
             system_prompt=system_prompt,
             **settings_,
         )
-        _admit_reply(conversation)
+        admitted = _lock_and_admit(owner_id=owner.pk, conversation_id=conversation.pk)
         history = _history_create(conversation=conversation, turns=turns)
         reply = _reply_create(
             conversation=conversation,
             question=history[-1],
             path=[message.id for message in history],
+            writes=admitted.writes,
         )
-        conversation.active_leaf = reply
-        conversation.save(update_fields=["active_leaf", "updated_at"])
     return SentMessage(user_message=history[-1], assistant_message=reply)
 
 

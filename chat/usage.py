@@ -10,6 +10,7 @@ the replies they already had running.
 """
 
 import datetime
+import functools
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -19,6 +20,8 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from chat import batch
+from chat.batch import Statement
 from chat.models import (
     TTFT_BUCKET_FIELDS,
     TTFT_BUCKETS_MS,
@@ -181,12 +184,15 @@ def _most_generous(values: list[int]) -> int:
     return 0 if 0 in values else max(values)
 
 
-def user_limits(*, user) -> list[Limit]:
+def user_limits(*, user, overrides: list | None = None) -> list[Limit]:
     """The quotas that apply to the user (a user or a user id): their own override, else
     the most generous of their groups' overrides, else the site's; 0 at any level means no
-    limit. One query for both kinds of override (every send asks)."""
+    limit. One query for both kinds of override (every send asks), unless the caller read
+    its rows already (overrides: overrides_statement's rows)."""
+    if overrides is None:
+        overrides = batch.run([overrides_statement(user_id=getattr(user, "pk", user))])[0].rows
     own, groups = None, []
-    for quota in _overrides(getattr(user, "pk", user)):
+    for quota in (dict(zip(OVERRIDE_FIELDS, row)) for row in overrides):
         if quota["user"] is not None:
             own = own or quota
         else:
@@ -204,28 +210,32 @@ def user_limits(*, user) -> list[Limit]:
     return limits
 
 
-def _overrides(user_id) -> list[dict]:
-    """The user's own TokenQuota and their groups' ({"user", "daily_tokens",
-    "monthly_tokens"}), oldest first. Written as SQL: the ORM's work to build this OR of a
-    subquery was a tenth of a send's CPU, and every send asks."""
-    connection = connections[DEFAULT_DB_ALIAS]
+OVERRIDE_FIELDS = ("user", "daily_tokens", "monthly_tokens")
+
+
+def overrides_statement(*, user_id) -> Statement:
+    """The user's own TokenQuota and their groups' (OVERRIDE_FIELDS), oldest first. Written
+    as SQL: the ORM's work to build this OR of a subquery was a tenth of a send's CPU, and
+    every send asks."""
+    return Statement(_overrides_sql(connections[DEFAULT_DB_ALIAS].ops), [user_id, user_id])
+
+
+@functools.lru_cache(maxsize=256)
+def _overrides_sql(ops) -> str:
+    """Made once per connection (`ops` is its own), not every send."""
     quota, member = TokenQuota._meta, get_user_model().groups.through._meta
-    quote = connection.ops.quote_name
+    quote = ops.quote_name
 
     def column(meta, name: str) -> str:
         return quote(meta.get_field(name).column)
 
-    fields = ("user", "daily_tokens", "monthly_tokens")
-    sql = (
-        f"SELECT {', '.join(column(quota, name) for name in fields)}"
+    return (
+        f"SELECT {', '.join(column(quota, name) for name in OVERRIDE_FIELDS)}"
         f" FROM {quote(quota.db_table)} WHERE {column(quota, 'user')} = %s"
         f" OR {column(quota, 'group')} IN (SELECT {column(member, 'group')}"
         f" FROM {quote(member.db_table)} WHERE {column(member, 'user')} = %s)"
         f" ORDER BY {column(quota, 'id')}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [user_id, user_id])
-        return [dict(zip(fields, row)) for row in cursor.fetchall()]
 
 
 @dataclass(frozen=True)
@@ -258,10 +268,12 @@ def user_quotas(
     ]
 
 
-def quota_exceeded(*, user, now: datetime.datetime | None = None) -> QuotaState | None:
+def quota_exceeded(
+    *, user, now: datetime.datetime | None = None, overrides: list | None = None
+) -> QuotaState | None:
     """The first quota the user (or user id) has used up, or None. Skips the usage query
-    when no quota applies (the default)."""
-    limits = user_limits(user=user)
+    when no quota applies (the default). overrides: as for user_limits."""
+    limits = user_limits(user=user, overrides=overrides)
     if all(limit.tokens is None for limit in limits):
         return None
     quotas = user_quotas(user=user, now=now, limits=limits)

@@ -65,6 +65,8 @@ def parse(buf: bytes | bytearray, pos: int = 0) -> tuple[Any, int]:
             item, pos = parse(buf, pos)
             items.append(item)
         return items, pos
+    if kind == 0x5F:  # _ RESP3's nil (a GET's reply on a connection that said HELLO 3)
+        return None, end + 2
     if kind == 0x2B:  # + simple string
         return bytes(line), end + 2
     if kind == 0x2D:  # - error

@@ -1,6 +1,12 @@
-"""Small factories for the chat tests, and a live fake inference server for the commands."""
+"""Small factories for the chat tests, a live fake inference server for the commands, and
+servers of their own for the tests that need them (PostgreSQL, Redis with a password)."""
+
+import shutil
+import subprocess
+import time
 
 import pytest
+import redis
 from django.contrib.auth.models import Permission
 
 from chat.inference_client import reset_client
@@ -99,3 +105,32 @@ def user(db):
 def api(user):
     """The user signed in, through Django's test client."""
     return signed_in(user)
+
+
+@pytest.fixture
+def redis_with_password():
+    """A Redis server of the test's own that wants a password: the URL's password and
+    database must be used."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        + ["--requirepass", "s3cret"],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port, password="s3cret")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                server.kill()
+                raise
+            time.sleep(0.05)
+    yield port
+    server.terminate()
+    server.wait(10)

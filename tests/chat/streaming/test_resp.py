@@ -4,15 +4,12 @@ password and database, and calls that fail rather than hang. The tests that talk
 server skip when Redis is absent."""
 
 import asyncio
-import shutil
-import subprocess
 import time
 
 import pytest
 import redis
 
 from chat.streaming import resp
-from tests.support.processes import free_port
 from tests.support.redis_server import REDIS_URL, require_redis
 
 REPLIES = [
@@ -20,6 +17,7 @@ REPLIES = [
     (b"$5\r\nhello\r\n", b"hello"),
     (b"$0\r\n\r\n", b""),
     (b"$-1\r\n", None),
+    (b"_\r\n", None),  # RESP3
     (b"+OK\r\n", b"OK"),
     (b"*3\r\n$7\r\nmessage\r\n$1\r\nt\r\n$4\r\na\r\nb\r\n", [b"message", b"t", b"a\r\nb"]),
     (b"*2\r\n*1\r\n:1\r\n*0\r\n", [[1], []]),
@@ -92,35 +90,6 @@ def test_messages_on_a_subscribed_topic_reach_the_handler_in_order():
 
     heard = asyncio.run(run())
     assert heard == [(f"message {i}" + "x" * (i * 1000)).encode() for i in range(50)]
-
-
-@pytest.fixture
-def redis_with_password():
-    """A Redis server of the test's own that wants a password: the URL's password and
-    database must be used."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        + ["--requirepass", "s3cret"],
-        stdout=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port, password="s3cret")
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                server.kill()
-                raise
-            time.sleep(0.05)
-    yield port
-    server.terminate()
-    server.wait(10)
 
 
 def test_the_urls_password_and_database_are_used(redis_with_password):

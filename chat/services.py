@@ -175,7 +175,7 @@ class _Admitted:
 
 
 def _lock_and_admit(*, owner_id, conversation_id, tree: bool = False) -> _Admitted:
-    """Every new reply (send, edit, regenerate) passes here. The owner is locked first,
+    """Every new reply (send, edit, regenerate, an API call) passes here. The owner first,
     then the conversation: every writer takes them in this order. The conversation too, so
     two requests cannot both pass the streaming check, nor both move the active leaf (its
     row only: PostgreSQL cannot lock the nullable side of the preset's outer join). Then

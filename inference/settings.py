@@ -80,12 +80,13 @@ class Settings(BaseSettings):
         "prompts in one step.",
     )
     prefill_step_ms: int = Field(
-        180,
+        150,
         ge=0,
         description="Time one prefill step aims to take, in ms: the chunk budget is learnt from "
         "the steps run (what a unit of cost took), starting at PREFILL_CHUNK_TOKENS and staying "
         "within 64 and 16x it, so a running stream's longest wait for its next token is about "
-        "this plus one decode step, whatever the machine. 0: PREFILL_CHUNK_TOKENS every step.",
+        "this plus one decode step, whatever the machine (150 leaves room under 250 ms for that "
+        "step and a slow machine's jitter). 0: PREFILL_CHUNK_TOKENS every step.",
     )
     prefix_cache_mb: int = Field(
         512,

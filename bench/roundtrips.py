@@ -17,7 +17,8 @@ blocks of --repeat calls, the CPU time of this process (time.process_time: user 
   --redis-url is given to the PostgreSQL run, as the scaled-out setup has it);
 - one send (chat.services.message_send_to: the locks, the admission checks, both rows),
   with the statements it ran, BEGIN and COMMIT included (BENCH_SHOW_STATEMENTS=1 prints
-  them). The reply's relay is not started here: its start and end are five more.
+  them). The reply's relay is not started here (its start reads the history);
+- that reply's final save (chat.relay.saving.reply_finish: its end and its usage).
 """
 
 import argparse
@@ -68,6 +69,8 @@ def measure(repeat: int) -> dict:
 
     from chat import services
     from chat.models import Message
+    from chat.relay import saving
+    from chat.usage import ReplyUsage
     from tests.support.factories import create_conversation, create_user
 
     call_command("migrate", verbosity=0)
@@ -89,30 +92,46 @@ def measure(repeat: int) -> dict:
     sessions = caches["sessions"]
     sessions.set("bench-session", {"_auth_user_id": str(user.pk), "_auth_user_hash": "x" * 64})
 
-    def send() -> float:
-        """The CPU of one send on a new conversation; its reply then ends (untimed), as the
-        relay would end it, so that the user's count of replies being written stays 0."""
+    def send() -> tuple[float, float]:
+        """The CPU of one send on a new conversation, and of its reply's final save as the
+        relay makes it (so that the user's count of replies being written stays 0)."""
         conversation = create_conversation(owner=user)
         started = time.process_time()
         sent = services.message_send_to(
             owner_id=user.pk, conversation_id=conversation.pk, content="hi"
         )
-        spent = time.process_time() - started
-        Message.objects.filter(pk=sent.assistant_message.pk).update(status=Message.Status.COMPLETE)
-        return spent
+        sent_at = time.process_time()
+        saving.reply_finish(
+            message_id=sent.assistant_message.pk, fields=final_fields, usage=reply_usage
+        )
+        return sent_at - started, time.process_time() - sent_at
 
+    reply_usage = ReplyUsage(
+        user_id=user.pk, source="page", model="m", status="complete", ttft_ms=90
+    )
+    final_fields = {"status": Message.Status.COMPLETE, "content": "hello", "completion_tokens": 1}
+    send()  # warm: the connection, psycopg's query cache, the day's usage row
+    conversation = create_conversation(owner=user)  # the statements of the next
     with CaptureQueriesContext(connection) as statements:
-        send()  # and warm
+        sent = services.message_send_to(
+            owner_id=user.pk, conversation_id=conversation.pk, content="hi"
+        )
+    with CaptureQueriesContext(connection) as finish_statements:
+        saving.reply_finish(
+            message_id=sent.assistant_message.pk, fields=final_fields, usage=reply_usage
+        )
     if os.environ.get("BENCH_SHOW_STATEMENTS"):
-        print(*(query["sql"][:150] for query in statements.captured_queries), sep="\n")
+        for query in [*statements.captured_queries, *finish_statements.captured_queries]:
+            print(query["sql"][:150])
     blocks = [[send() for _ in range(repeat)] for _ in range(3)]
     return {
         "select": _cpu_us(select, repeat),
         "atomic": _cpu_us(in_transaction, repeat),
         "session": _cpu_us(lambda: sessions.get("bench-session"), repeat),
-        "send": min(sum(block) / repeat * 1e6 for block in blocks),
-        # Two are not the send's: the factory's conversation and the untimed update.
-        "statements": len(statements.captured_queries) - 2,
+        "send": min(sum(s for s, _ in block) / repeat * 1e6 for block in blocks),
+        "finish": min(sum(f for _, f in block) / repeat * 1e6 for block in blocks),
+        "statements": len(statements.captured_queries),
+        "finish_statements": len(finish_statements.captured_queries),
     }
 
 
@@ -124,6 +143,10 @@ def report(name: str, data: dict) -> None:
     print(
         f"  a send (message_send_to)            {data['send'] / 1000:8.2f} ms"
         f"  ({data['statements']} statements, BEGIN and COMMIT included)"
+    )
+    print(
+        f"  its reply's final save (reply_finish) {data['finish'] / 1000:8.2f} ms"
+        f"  ({data['finish_statements']} statements)"
     )
 
 

@@ -77,16 +77,23 @@ def _increments(usage: ReplyUsage) -> dict[str, int]:
     return counts
 
 
-def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None:
-    """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
-    reply's final state, so that the two commit together or not at all."""
+def usage_day_row(
+    *, usage: ReplyUsage, day: datetime.date | None = None
+) -> tuple[dict[str, object], dict[str, int]]:
+    """The UsageDay row one ended reply counts in (its unique key) and what it adds there."""
     key = {
         "user_id": usage.user_id,
         "day": day or timezone.localdate(),
         "model": usage.model[:200],
         "source": usage.source,
     }
-    counts = _increments(usage)
+    return key, _increments(usage)
+
+
+def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None:
+    """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
+    reply's final state, so that the two commit together or not at all."""
+    key, counts = usage_day_row(usage=usage, day=day)
     if _add_to_day(key, counts):
         return
     try:

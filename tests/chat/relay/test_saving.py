@@ -1,6 +1,10 @@
 """The relay's writes: batched saves of streamed text, and orphaned replies."""
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 from django.utils import timezone
@@ -9,9 +13,11 @@ from chat import services
 from chat.models import Message
 from chat.relay import saving
 from chat.relay.manager import relay_manager
+from tests.chat.relay import finish_scenarios
 from tests.support.factories import create_conversation, create_message
 
 pytestmark = pytest.mark.django_db
+SETTINGS = os.environ.get("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 
 
 def test_flush_saves_the_text_of_every_streaming_reply_and_leaves_ended_ones_alone():
@@ -98,3 +104,38 @@ def test_a_reply_deleted_before_its_relay_starts_is_not_relayed(monkeypatch):
 
     with pytest.raises(Message.DoesNotExist):
         saving.reply_load(message_id=known.id, known=known, path=path)
+
+
+# --- a reply's final save, the same on SQLite and PostgreSQL -----------------------------
+# The counts are finish_scenarios.COUNTED: replies, failures, prompt and completion tokens,
+# replies with a first token, of them within 100 ms.
+ONE_REPLY = [1, 0, 10, 3, 1, 1]
+EXPECTED = {
+    "ended_here": {"days": [ONE_REPLY], "reply": ["complete", "a b c"]},
+    "two_replies_one_row": {"days": [[2, 1, 20, 5, 2, 2]], "reply": ["failed", "a b c"]},
+    "retried": {"days": [ONE_REPLY], "reply": ["complete", "a b c"]},
+    # The sweeper counted it already (not done by this scenario: no row); its end is saved.
+    "sweeper_first": {"days": [], "reply": ["complete", "a b c"]},
+    "deleted": {"days": [ONE_REPLY], "reply": []},  # the tokens were used all the same
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replys_final_save_counts_it_once_and_only_when_it_ended_it():
+    observed = finish_scenarios.observe()
+    assert {case: observed[case] for case in EXPECTED} == EXPECTED
+
+
+@pytest.mark.scaled
+def test_on_postgresql_the_final_save_is_one_statement_with_the_same_outcome(postgres_url):
+    code = "import django; django.setup(); " + (
+        "from tests.chat.relay import finish_scenarios as s; s.print_on_migrated_database()"
+    )
+    env = {**os.environ, "DATABASE_URL": postgres_url, "DJANGO_SETTINGS_MODULE": SETTINGS}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    observed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {case: observed[case] for case in EXPECTED} == EXPECTED
+    assert observed["statements"] == 1  # no BEGIN, second UPDATE or COMMIT

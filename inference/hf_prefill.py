@@ -295,7 +295,7 @@ class Prefiller:
         budget = self.pace.budget() if budget is None else budget
         start = time.perf_counter()
         done = self._finish(self._forward(work))
-        self.pace.record(cost, time.perf_counter() - start, budget)
+        self.pace.record(cost, time.perf_counter() - start, budget, _rows(work))
         return done
 
     def _begin(self, work: list[tuple[PrefillJob, int]]) -> Staged:
@@ -320,7 +320,8 @@ class Prefiller:
         with quant.dense_only():
             last = self.stages.run(staged, layers, head_apart=apart)
         if not head_only:  # the head is not in the cost model: its time teaches nothing
-            self.pace.record(self.stages.share(staged, layers), time.perf_counter() - start, budget)
+            spent = time.perf_counter() - start
+            self.pace.record(self.stages.share(staged, layers), spent, budget, _rows(staged.work))
         return self._finish(staged) if last else None
 
     @torch.inference_mode()
@@ -397,6 +398,10 @@ def _enough(shared: int, history: int) -> bool:
     tokenize the end of the reply before it otherwise than it was decoded; only the tokens
     after the ones it shares are then computed again)."""
     return shared == history or shared >= history // BLOCK * BLOCK > 0
+
+
+def _rows(work: list[tuple[PrefillJob, int]]) -> int:
+    return sum(n for _, n in work)
 
 
 def _continues(tokens: list[int], history: list[int]) -> bool:

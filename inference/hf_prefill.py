@@ -291,11 +291,11 @@ class Prefiller:
     ) -> dict[PrefillJob, torch.Tensor]:
         """One forward pass over the pieces packed in one row; logits of completed prompts.
         Its time teaches the pace when it used most of `budget` (the step's)."""
-        cost = chunk_cost(work, self.ratio)
+        cost, whole = chunk_cost(work, self.ratio), _whole_prompts(work)
         budget = self.pace.budget() if budget is None else budget
         start = time.perf_counter()
         done = self._finish(self._forward(work))
-        self.pace.record(cost, time.perf_counter() - start, budget, _rows(work))
+        self.pace.record(cost, time.perf_counter() - start, budget, whole)
         return done
 
     def _begin(self, work: list[tuple[PrefillJob, int]]) -> Staged:
@@ -321,7 +321,8 @@ class Prefiller:
             last = self.stages.run(staged, layers, head_apart=apart)
         if not head_only:  # the head is not in the cost model: its time teaches nothing
             spent = time.perf_counter() - start
-            self.pace.record(self.stages.share(staged, layers), spent, budget, _rows(staged.work))
+            share = self.stages.share(staged, layers)
+            self.pace.record(share, spent, budget, _whole_prompts(staged.work))
         return self._finish(staged) if last else None
 
     @torch.inference_mode()
@@ -400,8 +401,9 @@ def _enough(shared: int, history: int) -> bool:
     return shared == history or shared >= history // BLOCK * BLOCK > 0
 
 
-def _rows(work: list[tuple[PrefillJob, int]]) -> int:
-    return sum(n for _, n in work)
+def _whole_prompts(work: list[tuple[PrefillJob, int]]) -> bool:
+    """Whether a chunk (before it is counted done) completes every prompt in it."""
+    return all(n >= job.remaining for job, n in work)
 
 
 def _continues(tokens: list[int], history: list[int]) -> bool:

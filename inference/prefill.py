@@ -20,9 +20,6 @@ from inference import quant
 
 MIN_ROWS = 16  # fewer rows than this may take a matrix-vector path with other rounding
 ALIGN = 128  # chunks end on multiples of this: quant.TILE rows, a multiple of TILE
-# the least share of a step's padded rows (chunk_cost) that are its own for the pace to learn
-# from it (Pace.record)
-MIN_TILE_FILL = 0.9
 OVERSHOOT = 1.25  # how far past its share a chunk may run to end on an edge
 MIN_BUDGET = 64.0  # cost units: smaller steps would be mostly a pass over the weights
 MAX_GROWTH = 16  # the most a learnt budget may be, in PREFILL_CHUNK_TOKENS
@@ -139,17 +136,18 @@ class StepPace:
             return float(self.tokens)
         return self.seconds / self.per_unit
 
-    def record(self, cost: float, seconds: float, budget: float, rows: int = ALIGN) -> None:
-        """A step of `cost` units and `rows` prompt rows took `seconds`. Not learnt from:
-        steps well under the budget (a short prompt's step is mostly the fixed cost of a pass
-        over the weights), and steps whose rows fill their last tile by less than
-        MIN_TILE_FILL. chunk_cost counts such a step's rows padded to the tile, but where the
-        CPU allows it (inference/narrow.py) only its own rows are multiplied: a 5-token
-        question during a paste taught a unit at half its price, and the paste's next stage
-        ran ~180 ms where ~100 were planned (a 2-core AMD EPYC, Zen 4); the 4 streams' short
-        prompts had taught the paste's first stage the same way."""
-        padded = -(-rows // ALIGN) * ALIGN
-        if self.seconds <= 0 or cost <= 0 or cost < budget / 2 or rows < padded * MIN_TILE_FILL:
+    def record(
+        self, cost: float, seconds: float, budget: float, whole_prompts: bool = False
+    ) -> None:
+        """A step of `cost` units took `seconds`. Not learnt from: steps well under the
+        budget (a short prompt's step is mostly the fixed cost of a pass over the weights),
+        and steps of `whole_prompts` only, no chunk of a longer one (a question, a next
+        turn, short prompts). chunk_cost counts such a step's few rows as a whole tile, but
+        where the CPU allows it (inference/narrow.py) only its own rows are multiplied: a
+        5-token question during a paste taught a unit at half its price, and the paste's
+        next stage ran ~180 ms where ~100 were planned (a 2-core AMD EPYC, Zen 4); the 4
+        streams' short prompts had taught the paste's first stage the same way."""
+        if self.seconds <= 0 or cost <= 0 or cost < budget / 2 or whole_prompts:
             return
         rate = seconds / cost
         if self.per_unit > 0:  # one descheduled step moves the estimate at most 2x

@@ -91,16 +91,14 @@ def test_one_slow_step_moves_the_pace_at_most_twofold_and_small_steps_teach_noth
     assert pace.budget() == before
 
 
-def test_a_step_that_fills_little_of_its_padded_tile_teaches_the_pace_nothing() -> None:
+def test_a_step_of_whole_short_prompts_teaches_the_pace_nothing() -> None:
     pace = StepPace(tokens=256, seconds=0.256)
-    pace.record(cost=256, seconds=0.256, budget=256, rows=256)  # 1 ms a unit
+    pace.record(cost=256, seconds=0.256, budget=256)  # a long prompt's chunk: 1 ms a unit
     before = pace.budget()
     # a short question's step: counted as a whole tile, quick because its rows are few
-    pace.record(cost=ALIGN, seconds=0.05, budget=before, rows=5)
-    # a question beside a chunk's tile: 149 rows counted as 256
-    pace.record(cost=2 * ALIGN, seconds=0.1, budget=before, rows=ALIGN + 21)
+    pace.record(cost=ALIGN, seconds=0.05, budget=before, whole_prompts=True)
     assert pace.budget() == before
-    pace.record(cost=ALIGN, seconds=0.064, budget=before, rows=120)  # nearly whole: learnt
+    pace.record(cost=ALIGN, seconds=0.064, budget=before)  # a chunk again: learnt
     assert pace.budget() > before
 
 

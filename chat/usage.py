@@ -77,7 +77,7 @@ def _increments(usage: ReplyUsage) -> dict[str, int]:
     return counts
 
 
-def usage_day_row(
+def _day_row(
     *, usage: ReplyUsage, day: datetime.date | None = None
 ) -> tuple[dict[str, object], dict[str, int]]:
     """The UsageDay row one ended reply counts in (its unique key) and what it adds there."""
@@ -90,10 +90,44 @@ def usage_day_row(
     return key, _increments(usage)
 
 
+def usage_upsert_from(connection, *, usage: ReplyUsage, source: str) -> tuple[str, list]:
+    """SQL and parameters that add one ended reply to its UsageDay row, an INSERT … ON
+    CONFLICT DO UPDATE of each count, for every row of `source` (a table or WITH name: the
+    caller decides whether the reply counts). PostgreSQL only; usage_record elsewhere."""
+    key, counts = _day_row(usage=usage)
+    sql, fields = _upsert_sql(connection.ops, tuple(key), source)
+    row = {**key, **counts}
+    params = [
+        f.get_db_prep_save(row[f.attname] if f.attname in row else f.get_default(), connection)
+        for f in fields
+    ]
+    return sql, params
+
+
+@functools.lru_cache(maxsize=16)
+def _upsert_sql(ops, key: tuple, source: str) -> tuple[str, list]:
+    """Made once per connection (`ops` is its own). The values are cast to their columns'
+    types, which PostgreSQL would not infer for a SELECT list under server-side binding;
+    every column outside the key is a count, added on conflict."""
+    meta = UsageDay._meta
+    quote = ops.quote_name
+    table = quote(meta.db_table)
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    counters = [quote(f.column) for f in fields if f.attname not in key]
+    values = ", ".join(f"CAST(%s AS {f.db_type(ops.connection)})" for f in fields)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(quote(f.column) for f in fields)}) "
+        f"SELECT {values} FROM {source} "
+        f"ON CONFLICT ({', '.join(quote(meta.get_field(name).column) for name in key)}) "
+        f"DO UPDATE SET {', '.join(f'{c} = {table}.{c} + EXCLUDED.{c}' for c in counters)}"
+    )
+    return sql, fields
+
+
 def usage_record(*, usage: ReplyUsage, day: datetime.date | None = None) -> None:
     """Add one ended reply to its UsageDay row. Call inside the transaction that saves the
     reply's final state, so that the two commit together or not at all."""
-    key, counts = usage_day_row(usage=usage, day=day)
+    key, counts = _day_row(usage=usage, day=day)
     if _add_to_day(key, counts):
         return
     try:

@@ -9,9 +9,9 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from chat.inference_client import ChatRequest
-from chat.models import Message, UsageDay
+from chat.models import Message
 from chat.relay import prompt
-from chat.usage import ReplyUsage, usage_day_row, usage_record
+from chat.usage import ReplyUsage, usage_record, usage_upsert_from
 
 
 def reply_load(
@@ -87,42 +87,15 @@ def _update_reply(message_id: uuid.UUID, values: dict, *, only_streaming: bool) 
 
 def _end_and_count(connection, message_id: uuid.UUID, values: dict, usage: ReplyUsage) -> bool:
     """End a streaming reply and add its usage to the day's row as one statement: the
-    UPDATE, in a data-modifying WITH, feeds an upsert of the UsageDay row. In autocommit
-    that is one round trip where BEGIN, two UPDATEs and COMMIT were four, at the end of
-    every reply. False (nothing written) when the reply was no longer streaming."""
-    key, counts = usage_day_row(usage=usage)
-    sql, day_fields = _end_and_count_sql(connection.ops, tuple(values), tuple(key))
-    row = {**key, **counts}
-    params = _reply_update_params(connection, message_id, values, True)
-    params += [
-        f.get_db_prep_save(row[f.attname] if f.attname in row else f.get_default(), connection)
-        for f in day_fields
-    ]
+    UPDATE, in a data-modifying WITH, feeds the UsageDay upsert. In autocommit that is one
+    round trip where BEGIN, two UPDATEs and COMMIT were four, at the end of every reply.
+    False (nothing written) when the reply was no longer streaming."""
+    update = _reply_update_sql(connection.ops, tuple(values), True)
+    upsert, upsert_params = usage_upsert_from(connection, usage=usage, source="ended")
+    params = _reply_update_params(connection, message_id, values, True) + upsert_params
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"WITH ended AS ({update} RETURNING 1) {upsert}", params)
         return cursor.rowcount > 0
-
-
-@functools.lru_cache(maxsize=64)
-def _end_and_count_sql(ops, names: tuple, key: tuple) -> tuple[str, list]:
-    """Made once per connection (`ops` is its own). The inserted row's values are cast to
-    their columns' types, as PostgreSQL would not guess them for a SELECT list under
-    server-side binding; every column outside the key is a count, added on conflict."""
-    connection = ops.connection
-    meta = UsageDay._meta
-    quote = ops.quote_name
-    table = quote(meta.db_table)
-    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
-    counters = [quote(f.column) for f in fields if f.attname not in key]
-    values = ", ".join(f"CAST(%s AS {f.db_type(connection)})" for f in fields)
-    sql = (
-        f"WITH ended AS ({_reply_update_sql(ops, names, True)} RETURNING 1) "
-        f"INSERT INTO {table} ({', '.join(quote(f.column) for f in fields)}) "
-        f"SELECT {values} FROM ended "
-        f"ON CONFLICT ({', '.join(quote(meta.get_field(name).column) for name in key)}) "
-        f"DO UPDATE SET {', '.join(f'{c} = {table}.{c} + EXCLUDED.{c}' for c in counters)}"
-    )
-    return sql, fields
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,7 +1,7 @@
 """A reply's final save (chat.relay.saving.reply_finish) in each case the relay meets, and
-what it left in the database: run in the test process on SQLite and, through `print_on`
-in a process of its own with DATABASE_URL set, on PostgreSQL, where the save is one
-statement of its own (test_saving.py compares the two)."""
+what it left in the database: run in the test process on SQLite and, through
+`print_on_migrated_database` in a process of its own with DATABASE_URL set, on
+PostgreSQL, where the save is one statement of its own (test_saving.py compares them)."""
 
 import json
 

@@ -209,6 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--llama-python", default="", help="a python with llama-cpp-python[server]: adds its server"
     )
     ap.add_argument("--skip-paste", action="store_true", help="only the next-turn measurement")
+    ap.add_argument("--skip-next-turn", action="store_true", help="only the paste's measurement")
     ap.add_argument(
         "--question-after",
         type=float,
@@ -353,7 +354,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         urls = start_servers(stack, args)
         print(f"servers: {', '.join(urls)}; greedy; prompts of ~{args.tokens} tokens")
-        report_next_turn(urls, args)
+        if not args.skip_next_turn:
+            report_next_turn(urls, args)
         if not args.skip_paste:
             report_paste(urls, args)
 

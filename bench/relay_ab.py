@@ -100,9 +100,9 @@ async def _round(args, side: dict) -> dict:
         "ok": row["lost"] == row["duplicated"] == row["out_of_order"] == row["errors"] == 0,
     }
     if args.sends:
-        out["ms_per_send"] = (await send_burst(side["clients"], args.sends, side["stats"]))[
-            "cpu_ms_per_send"
-        ]
+        burst = await send_burst(side["clients"], args.sends, side["stats"])
+        out["ms_per_send"] = burst["cpu_ms_per_send"]
+        out["ms_per_conversation"] = burst["cpu_ms_per_conversation"]
     out["load"] = f"{load} -> {_loadavg()}"
     return out
 
@@ -123,7 +123,7 @@ async def _measure(args, sites: dict) -> list[tuple[dict, dict]]:
 
 
 def _report(pairs) -> None:
-    for key in ("us_per_token", "ms_per_send", "p99_ms"):
+    for key in ("us_per_token", "ms_per_send", "ms_per_conversation", "p99_ms"):
         ratios = [
             after[key] / before[key]
             for before, after in pairs

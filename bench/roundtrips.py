@@ -15,6 +15,8 @@ blocks of --repeat calls, the CPU time of this process (time.process_time: user 
 - the same inside transaction.atomic() (BEGIN and COMMIT are round trips of their own);
 - one read of a session from the sessions cache (this process's memory, or Redis when
   --redis-url is given to the PostgreSQL run, as the scaled-out setup has it);
+- one new conversation (chat.services.conversation_create: the user's lock, the per-minute
+  count, its rate row and its own), with the statements it ran;
 - one send (chat.services.message_send_to: the locks, the admission checks, both rows),
   with the statements it ran, BEGIN and COMMIT included (BENCH_SHOW_STATEMENTS=1 prints
   them). The reply's relay is not started here (its start reads the history);
@@ -71,11 +73,12 @@ def measure(repeat: int) -> dict:
     from chat.models import Message
     from chat.relay import saving
     from chat.usage import ReplyUsage
-    from tests.support.factories import create_conversation, create_user
+    from tests.support.factories import create_user
 
     call_command("migrate", verbosity=0)
     # One user sends them all: the per-minute limits would refuse the second block.
     settings.CHAT_MESSAGES_PER_MINUTE = 10**9
+    settings.CHAT_CONVERSATIONS_PER_MINUTE = 10**9
     # No event loop here: the committed replies' relays are not started (and not logged).
     logging.getLogger("chat.relay").setLevel(logging.CRITICAL)
     user = create_user()
@@ -97,11 +100,12 @@ def measure(repeat: int) -> dict:
     )
     final_fields = {"status": Message.Status.COMPLETE, "content": "hello", "completion_tokens": 1}
 
-    def send() -> tuple[float, float]:
-        """The CPU of one send on a new conversation, and of its reply's final save as the
-        relay makes it (so that the user's count of replies being written stays 0)."""
-        conversation = create_conversation(owner=user)
+    def send() -> tuple[float, float, float]:
+        """The CPU of a new conversation, of one send on it, and of its reply's final save
+        as the relay makes it (so that the user's count of replies being written stays 0)."""
         started = time.process_time()
+        conversation = services.conversation_create(owner=user)
+        created_at = time.process_time()
         sent = services.message_send_to(
             owner_id=user.pk, conversation_id=conversation.pk, content="hi"
         )
@@ -109,10 +113,11 @@ def measure(repeat: int) -> dict:
         saving.reply_finish(
             message_id=sent.assistant_message.pk, fields=final_fields, usage=reply_usage
         )
-        return sent_at - started, time.process_time() - sent_at
+        return created_at - started, sent_at - created_at, time.process_time() - sent_at
 
     send()  # warm: the connection, psycopg's query cache, the day's usage row
-    conversation = create_conversation(owner=user)  # the statements of the next
+    with CaptureQueriesContext(connection) as create_statements:
+        conversation = services.conversation_create(owner=user)
     with CaptureQueriesContext(connection) as statements:
         sent = services.message_send_to(
             owner_id=user.pk, conversation_id=conversation.pk, content="hi"
@@ -122,15 +127,18 @@ def measure(repeat: int) -> dict:
             message_id=sent.assistant_message.pk, fields=final_fields, usage=reply_usage
         )
     if os.environ.get("BENCH_SHOW_STATEMENTS"):
-        for query in [*statements.captured_queries, *finish_statements.captured_queries]:
+        captured = [create_statements, statements, finish_statements]
+        for query in [q for context in captured for q in context.captured_queries]:
             print(query["sql"][:150])
     blocks = [[send() for _ in range(repeat)] for _ in range(3)]
     return {
         "select": _cpu_us(select, repeat),
         "atomic": _cpu_us(in_transaction, repeat),
         "session": _cpu_us(lambda: sessions.get("bench-session"), repeat),
-        "send": min(sum(s for s, _ in block) / repeat * 1e6 for block in blocks),
-        "finish": min(sum(f for _, f in block) / repeat * 1e6 for block in blocks),
+        "create": min(sum(c for c, _, _ in block) / repeat * 1e6 for block in blocks),
+        "send": min(sum(s for _, s, _ in block) / repeat * 1e6 for block in blocks),
+        "finish": min(sum(f for _, _, f in block) / repeat * 1e6 for block in blocks),
+        "create_statements": len(create_statements.captured_queries),
         "statements": len(statements.captured_queries),
         "finish_statements": len(finish_statements.captured_queries),
     }
@@ -141,6 +149,10 @@ def report(name: str, data: dict) -> None:
     print(f"  one-row SELECT                      {data['select']:8.1f} µs")
     print(f"  the same in a transaction           {data['atomic']:8.1f} µs")
     print(f"  a session read from the cache       {data['session']:8.1f} µs")
+    print(
+        f"  a new conversation (conversation_create) {data['create'] / 1000:5.2f} ms"
+        f"  ({data['create_statements']} statements, BEGIN and COMMIT included)"
+    )
     print(
         f"  a send (message_send_to)            {data['send'] / 1000:8.2f} ms"
         f"  ({data['statements']} statements, BEGIN and COMMIT included)"

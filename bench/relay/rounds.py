@@ -94,11 +94,15 @@ def _latency(results: list[dict], texts: list[str]) -> dict:
 
 async def send_burst(clients, count: int, stats: ProcessStats) -> dict:
     """CPU per send: `count` one-word messages at once on open conversations, including
-    starting and ending each one-token reply's relay (the whole send path)."""
+    starting and ending each one-token reply's relay (the whole send path); and CPU per new
+    conversation, of the `count` made at once before them (a new chat's first request)."""
+    await asyncio.sleep(1)
+    cpu = stats.cpu_seconds()
     conversations = await asyncio.gather(
         *(new_conversation(clients[i % len(clients)]) for i in range(count))
     )
     await asyncio.sleep(1)
+    created = stats.cpu_seconds() - cpu
     cpu = stats.cpu_seconds()
     responses = await asyncio.gather(
         *(send(clients[i % len(clients)], c, "hi") for i, c in enumerate(conversations))
@@ -106,7 +110,12 @@ async def send_burst(clients, count: int, stats: ProcessStats) -> dict:
     await asyncio.sleep(1.0)  # the one-token replies end
     spent = stats.cpu_seconds() - cpu
     accepted = sum(1 for r in responses if r.status_code == 202)
-    return {"sends": count, "accepted": accepted, "cpu_ms_per_send": spent / count * 1000}
+    return {
+        "sends": count,
+        "accepted": accepted,
+        "cpu_ms_per_send": spent / count * 1000,
+        "cpu_ms_per_conversation": created / count * 1000,
+    }
 
 
 async def idle_streams(clients, count: int, stats: ProcessStats) -> dict:

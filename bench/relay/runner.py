@@ -145,7 +145,9 @@ def report(args, out: dict) -> None:
         s = out["sends"]
         print(
             f"send burst: {s['accepted']}/{s['sends']} accepted, CPU per send "
-            f"{s['cpu_ms_per_send']:.2f} ms (request + its one-token reply's relay)"
+            f"{s['cpu_ms_per_send']:.2f} ms (request + its one-token reply's relay); CPU per "
+            f"new conversation {s['cpu_ms_per_conversation']:.2f} ms (the {s['sends']} made "
+            "at once before them)"
         )
     if "reconnect" in out:
         r = out["reconnect"]

@@ -2,11 +2,16 @@
 added to it is paid by every message (bench/README.md, the relay's cost per send)."""
 
 import datetime
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from django.utils import timezone
 
-from chat import usage
+from chat import services, usage
 from chat.models import Conversation, UsageEvent
 from tests.support.api import finish_replies, post
 
@@ -61,3 +66,67 @@ def test_the_sweepers_prune_deletes_only_rate_rows_older_than_the_window(user):
     )
     assert usage.usage_events_prune(now) == 1
     assert list(UsageEvent.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+# In a process of its own with DATABASE_URL set (test_saving.py's way): a new conversation's
+# statements on PostgreSQL, and what it left
+CREATE_ON_POSTGRES = textwrap.dedent(
+    """
+    import json
+    import django
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from chat import services
+    from chat.models import Conversation, UsageEvent
+    from tests.support.factories import create_user
+    call_command("migrate", verbosity=0)
+    user = create_user()
+    with CaptureQueriesContext(connection) as statements:
+        made = services.conversation_create(owner=user, title="t", settings_={"top_k": 5})
+    saved = Conversation.objects.get(pk=made.pk)
+    print(json.dumps({
+        "statements": len(statements.captured_queries),
+        "saved": [saved.owner_id == user.pk, saved.title, saved.top_k, saved.created_at == made.created_at],
+        "rate_rows": UsageEvent.objects.filter(user=user, action="conversation").count(),
+    }))
+    """
+)
+
+
+@pytest.mark.scaled
+def test_on_postgresql_a_new_conversation_is_its_reads_and_its_writes_in_one_transaction(
+    postgres_url,
+):
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres_url,
+        "DJANGO_SETTINGS_MODULE": os.environ.get(
+            "DJANGO_SETTINGS_MODULE", "tokenstream_site.settings"
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CREATE_ON_POSTGRES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    observed = json.loads(done.stdout.strip().splitlines()[-1])
+    # BEGIN, the user's lock with the per-minute count, the rate row with the conversation,
+    # COMMIT: six round trips before, two of them through the ORM
+    assert observed["statements"] == 4
+    assert observed["saved"] == [True, "t", 5, True] and observed["rate_rows"] == 1
+
+
+@pytest.mark.django_db
+def test_a_new_conversation_over_the_per_minute_limit_is_refused_and_not_saved(user, settings):
+    settings.CHAT_CONVERSATIONS_PER_MINUTE = 2
+    for _ in range(2):
+        services.conversation_create(owner=user)
+    with pytest.raises(services.RateLimited):
+        services.conversation_create(owner=user, title="third")
+    assert Conversation.objects.filter(owner=user).count() == 2
+    assert UsageEvent.objects.filter(user=user, action="conversation").count() == 2

@@ -87,6 +87,11 @@ class Prefiller:
         # long prompt's chunk once (_quick); `cut_in`: the last step did so, between stages
         self.arrived: set[int] = set()
         self.cut_in = False
+        # a paced stage stops between layers once the next would end past the step time
+        # (StagedForward.run): the learnt pace plans it, but a machine that slows between
+        # steps (a VM's neighbours) made stages planned for 150 ms run 230-290, and every
+        # running stream waited that long
+        self.deadlines = True
 
     @property
     def stats(self) -> CacheStats:
@@ -316,13 +321,17 @@ class Prefiller:
         head_only = staged.layer == total
         # a chunk in several stages takes its LM head in a stage of its own
         apart = paced and layers < total
-        start = time.perf_counter()
+        before, start = staged.layer, time.perf_counter()
+        deadline = start + self.pace.seconds if paced and self.deadlines else None
         with quant.dense_only():
-            last = self.stages.run(staged, layers, head_apart=apart)
+            last = self.stages.run(staged, layers, head_apart=apart, deadline=deadline)
         if not head_only:  # the head is not in the cost model: its time teaches nothing
             spent = time.perf_counter() - start
-            share = self.stages.share(staged, layers)
-            self.pace.record(share, spent, budget, _whole_prompts(staged.work))
+            ran = staged.layer - before
+            share = self.stages.share(staged, ran)
+            # a stage its deadline cut short took the whole step: learnt from however small
+            cut = ran < min(layers, total - before)
+            self.pace.record(share, spent, share if cut else budget, _whole_prompts(staged.work))
         return self._finish(staged) if last else None
 
     @torch.inference_mode()

@@ -17,6 +17,7 @@ position embeddings, the layers, the final norm), so it serves Llama-shaped mode
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,19 +73,28 @@ class StagedForward:
         return Staged(kwargs=kwargs, hidden=hidden, **chunk)
 
     @torch.inference_mode()
-    def run(self, staged: Staged, layers: int, head_apart: bool = False) -> bool:
+    def run(
+        self, staged: Staged, layers: int, head_apart: bool = False, deadline: float | None = None
+    ) -> bool:
         """The next `layers` layers (at least one); whether the chunk is through. The last
         stage also applies the final norm and, when logits are wanted, the LM head, or with
         `head_apart` leaves those to a stage of their own (the head is not in the cost
-        model, and without AVX-512 it took as long as a few layers: 47 ms)."""
+        model, and without AVX-512 it took as long as a few layers: 47 ms). `deadline`
+        (time.perf_counter()): fewer layers where the next one, as long as the last, would
+        end past it; the layers left go in the next stage."""
         if staged.layer == len(self.layers):  # the layers are done: the head's own stage
             return self._head(staged)
         end = min(len(self.layers), staged.layer + max(1, layers))
-        hidden = staged.hidden
-        for layer in self.layers[staged.layer : end]:
-            hidden = layer(hidden, **staged.kwargs)
-        staged.hidden, staged.layer = hidden, end
-        if end < len(self.layers) or (head_apart and staged.keep is not None):
+        hidden, index = staged.hidden, staged.layer
+        while index < end:
+            began = time.perf_counter()
+            hidden = self.layers[index](hidden, **staged.kwargs)
+            index += 1
+            now = time.perf_counter()
+            if deadline is not None and now + (now - began) > deadline:
+                break
+        staged.hidden, staged.layer = hidden, index
+        if index < len(self.layers) or (head_apart and staged.keep is not None):
             return False
         return self._head(staged)
 

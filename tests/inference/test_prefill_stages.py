@@ -30,9 +30,11 @@ def _prompt(loaded: Any, start: int, chars: int = 2400) -> list[int]:
 
 
 def _frozen(prefiller: Prefiller, per_unit: float) -> Prefiller:
-    """Its pace fixed at `per_unit` seconds a unit: steps are planned the same every run."""
+    """Its pace fixed at `per_unit` seconds a unit, and no stage cut short by the clock:
+    steps are planned and run the same every run."""
     prefiller.pace.per_unit = per_unit
     prefiller.pace.record = lambda *args: None  # type: ignore[method-assign]
+    prefiller.deadlines = False
     return prefiller
 
 
@@ -63,6 +65,34 @@ def test_a_chunk_in_stages_has_the_bits_of_the_models_own_forward(
     layers = loaded_model.model.config.num_hidden_layers
     assert steps == math.ceil(layers / layers_per_stage) + 1  # the LM head in a stage of its own
     assert torch.equal(kv2, kv) and torch.equal(logits2, logits)
+
+
+def test_a_stage_stops_between_layers_once_past_its_time_with_the_same_bits(
+    loaded_model: Any,
+) -> None:
+    # a pace that plans every layer in one stage, and a step time that any layer outlasts:
+    # each stage takes one layer, as a machine slower than its learnt pace would be cut
+    prompt = _prompt(loaded_model, 0)
+    prefiller = _frozen(Prefiller(loaded_model.model, 10**6, 0, step_seconds=1e-6), 1e-12)
+    prefiller.deadlines = True
+    prefiller._quick = lambda *args: []  # type: ignore[method-assign]
+    seq, ran = _Seq(prompt), []
+    original = prefiller.stages.run
+
+    def run(staged: Any, n: int, **kwargs: Any) -> bool:
+        before = staged.layer
+        through = original(staged, n, **kwargs)
+        ran.append((n, staged.layer - before))
+        return through
+
+    prefiller.stages.run = run  # type: ignore[method-assign]
+    while not (done := prefiller.step([seq])):
+        pass
+    layers = loaded_model.model.config.num_hidden_layers
+    assert ran[0] == (layers, 1)  # planned whole, cut after its first layer
+    assert [taken for _, taken in ran] == [1] * layers + [0]  # then the LM head's own stage
+    _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
+    assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
 
 
 def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(

@@ -86,7 +86,8 @@ class Settings(BaseSettings):
         "the steps run (what a unit of cost took), starting at PREFILL_CHUNK_TOKENS and staying "
         "within 64 and 16x it, so a running stream's longest wait for its next token is about "
         "this plus one decode step, whatever the machine (150 leaves room under 250 ms for that "
-        "step and a slow machine's jitter). 0: PREFILL_CHUNK_TOKENS every step.",
+        "step and a slow machine's jitter); a step in stages also stops between layers rather "
+        "than run past it. 0: PREFILL_CHUNK_TOKENS every step.",
     )
     prefix_cache_mb: int = Field(
         512,

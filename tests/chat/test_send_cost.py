@@ -2,10 +2,6 @@
 added to it is paid by every message (bench/README.md, the relay's cost per send)."""
 
 import datetime
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -14,6 +10,7 @@ from django.utils import timezone
 from chat import services, usage
 from chat.models import Conversation, UsageEvent
 from tests.support.api import finish_replies, post
+from tests.support.postgres import json_from_child
 
 # The user (the session comes from its cache), BEGIN and COMMIT (2), the conversation under
 # its lock, the streaming and rate counts (one statement), the rate row, the quota
@@ -99,22 +96,7 @@ CREATE_ON_POSTGRES = textwrap.dedent(
 def test_on_postgresql_a_new_conversation_is_its_reads_and_its_writes_in_one_transaction(
     postgres_url,
 ):
-    env = {
-        **os.environ,
-        "DATABASE_URL": postgres_url,
-        "DJANGO_SETTINGS_MODULE": os.environ.get(
-            "DJANGO_SETTINGS_MODULE", "tokenstream_site.settings"
-        ),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CREATE_ON_POSTGRES],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    observed = json.loads(done.stdout.strip().splitlines()[-1])
+    observed = json_from_child(CREATE_ON_POSTGRES, postgres_url)
     # BEGIN, the user's lock with the per-minute count, the rate row with the conversation,
     # COMMIT: six round trips before, two of them through the ORM
     assert observed["statements"] == 4

@@ -2,6 +2,10 @@
 processes): created on the local server, dropped afterwards."""
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import uuid
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -29,3 +33,21 @@ def scratch_database(prefix: str = "tokenstream_test"):
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def json_from_child(code: str, database_url: str, timeout: float = 120) -> dict:
+    """Runs Python `code` in a process of its own with DATABASE_URL set (Django's settings
+    read it at start, so a test process on SQLite cannot switch): its last line of output as
+    JSON. The child's stderr is the assertion's message when it fails."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": os.environ.get(
+            "DJANGO_SETTINGS_MODULE", "tokenstream_site.settings"
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,10 +1,6 @@
 """The relay's writes: batched saves of streamed text, and orphaned replies."""
 
 import datetime
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 from django.utils import timezone
@@ -15,9 +11,9 @@ from chat.relay import saving
 from chat.relay.manager import relay_manager
 from tests.chat.relay import finish_scenarios
 from tests.support.factories import create_conversation, create_message
+from tests.support.postgres import json_from_child
 
 pytestmark = pytest.mark.django_db
-SETTINGS = os.environ.get("DJANGO_SETTINGS_MODULE", "tokenstream_site.settings")
 
 
 def test_flush_saves_the_text_of_every_streaming_reply_and_leaves_ended_ones_alone():
@@ -131,11 +127,6 @@ def test_on_postgresql_the_final_save_is_one_statement_with_the_same_outcome(pos
     code = "import django; django.setup(); " + (
         "from tests.chat.relay import finish_scenarios as s; s.print_on_migrated_database()"
     )
-    env = {**os.environ, "DATABASE_URL": postgres_url, "DJANGO_SETTINGS_MODULE": SETTINGS}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    observed = json.loads(done.stdout.strip().splitlines()[-1])
+    observed = json_from_child(code, postgres_url)
     assert {case: observed[case] for case in EXPECTED} == EXPECTED
     assert observed["statements"] == 1  # no BEGIN, second UPDATE or COMMIT

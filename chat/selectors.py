@@ -327,16 +327,16 @@ def reply_admission_counts_statement(*, user_id, conversation_id, since) -> Stat
         streaming,
         user_id,
         streaming,
-        user_id,
-        UsageEvent.Action.REPLY,
-        UsageEvent._meta.get_field("created_at").get_db_prep_value(since, connection),
     ]
-    return Statement(_admission_counts_sql(connection.ops), params)
+    recent = user_usage_since_statement(
+        user_id=user_id, action=UsageEvent.Action.REPLY, since=since
+    )
+    return Statement(_admission_counts_sql(connection.ops), params + recent.params)
 
 
 @functools.lru_cache(maxsize=256)
 def _admission_counts_sql(ops) -> str:
-    message, conversation, event = Message._meta, Conversation._meta, UsageEvent._meta
+    message, conversation = Message._meta, Conversation._meta
     quote = ops.quote_name
 
     def column(meta, name: str) -> str:
@@ -349,8 +349,7 @@ def _admission_counts_sql(ops) -> str:
         f" (SELECT COUNT(*) FROM {messages} INNER JOIN {conversations}"
         f" ON {column(message, 'conversation')} = {column(conversation, 'id')}"
         f" WHERE {column(conversation, 'owner')} = %s AND {column(message, 'status')} = %s),"
-        f" (SELECT COUNT(*) FROM {quote(event.db_table)} WHERE {column(event, 'user')} = %s"
-        f" AND {column(event, 'action')} = %s AND {column(event, 'created_at')} >= %s)"
+        f" ({_usage_since_sql(ops)})"
     )
 
 

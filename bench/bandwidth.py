@@ -26,7 +26,7 @@ import torch
 
 from bench.inference import run_http, server_process
 from bench.measure import PROMPTS, Result
-from inference import quant
+from inference import q4mm, quant
 from inference.model_store import bundled_gguf, prepare_model
 from inference.settings import Settings
 
@@ -57,13 +57,24 @@ def our_bytes(model: Any, context: int) -> dict[str, int]:
     int4 = [m for m in model.modules() if isinstance(m, quant.Int4Linear)]
     head = model.lm_head
     norms = [p for n, p in model.named_parameters() if "norm" in n]
+    codes, scales = zip(*(_int4_bytes(m) for m in int4), strict=True) if int4 else ((0,), (0,))
     return {
-        "int4 codes": sum(m.packed.nbytes for m in int4),
-        "int4 scales+offsets": sum(m.scales_zeros.nbytes for m in int4),
-        "int8 LM head + scales": head.q.nbytes + head.scale.nbytes,
+        "int4 codes": sum(codes),
+        "int4 scales+offsets": sum(scales),
+        "int8 LM head + scales": (
+            head.blocks.nbytes if head.blocks is not None else head.q.nbytes + head.scale.nbytes
+        ),
         "norms, embedding row": sum(p.nbytes for p in norms) + head.in_features * 2,
         "KV": kv_bytes(model.config, context),
     }
+
+
+def _int4_bytes(layer: quant.Int4Linear) -> tuple[int, int]:
+    """A 4-bit layer's codes and its scales and offsets, in bytes, in either kernel's layout."""
+    if layer.blocks is not None:  # q4mm's blocks: 16 bytes of codes, a float16 pair
+        blocks = layer.blocks.nbytes // q4mm.BLOCK_BYTES
+        return blocks * (q4mm.BLOCK_BYTES - 4), blocks * 4
+    return layer.packed.nbytes, layer.scales_zeros.nbytes
 
 
 def gguf_bytes(path: str, config: Any, context: int) -> dict[str, int]:

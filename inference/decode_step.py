@@ -42,7 +42,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def _kernel_args(linear: quant.Int4Linear | quant.FusedInt4) -> tuple:
     """What the 4-bit kernel reads of a layer: its buffers, read once (each read through the
     module's __getattr__ was ~380 lookups per step)."""
-    return linear.packed, linear.group, linear.scales_zeros, linear.bias
+    return linear.packed, linear.group, linear.scales_zeros, linear.blocks, linear.bias
 
 
 class _Layer:
@@ -200,12 +200,9 @@ class DecodeStep:
         return h + down.view(b, 1, -1)
 
 
-_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
-
-
 def _int4(args: tuple, flat: torch.Tensor) -> torch.Tensor:
     """The 4-bit kernel on flat [rows, in] bfloat16, without a module call: Int4Linear's
     few-rows path, or FusedInt4's forward. `args`: _kernel_args of the layer."""
-    packed, group, scales_zeros, bias = args
-    y = _INT4_MM(flat, packed, group, scales_zeros)
+    packed, group, scales_zeros, blocks, bias = args
+    y = quant.int4_mm(flat, packed, group, scales_zeros, blocks)
     return y if bias is None else y + bias

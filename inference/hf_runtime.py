@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import torch
 
 from inference.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def pick_device(settings: Settings) -> torch.device:
@@ -62,7 +65,9 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
     elif settings.dtype == "int4":
         from inference import quant
 
-        model = quant.quantize_int4(model)
+        kernel = quant.choose_kernel(model, settings.int4_kernel)
+        log.info("int4: a decode step's 4-bit matmuls through the %s kernel", kernel)
+        model = quant.quantize_int4(model, kernel=kernel)
         prefill = settings.prefill_dtype
         dense = quant.faster_dense_dtype(model) if prefill == "auto" else getattr(torch, prefill)
         quant.set_dense_dtype(model, dense)

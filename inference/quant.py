@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from inference import narrow, onednn
+from inference import narrow, onednn, q4mm
 
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
@@ -51,7 +51,7 @@ def fits(linear: nn.Linear, group: int = GROUP) -> bool:
 class Int4Linear(nn.Module):
     """y = x W^T (+ b) with W in 4-bit groups of GROUP input columns (scale and offset each)."""
 
-    def __init__(self, linear: nn.Linear, group: int = GROUP) -> None:
+    def __init__(self, linear: nn.Linear, group: int = GROUP, kernel: str = "torch") -> None:
         super().__init__()
         out_f, in_f = linear.weight.shape
         if not fits(linear, group):
@@ -60,9 +60,13 @@ class Int4Linear(nn.Module):
                 f"a multiple of the group size {group}, out_features of {OUT_MULTIPLE}"
             )
         self.in_features, self.out_features, self.group = in_f, out_f, group
-        packed, scales_zeros = _pack_int4(linear.weight, group)
+        # one kernel's weights (see choose_kernel): torch's packed codes with bfloat16 scales
+        # and offsets, or q4mm's blocks (float16 ones, as in the GGUF)
+        native = kernel == "native" and group == q4mm.QK
+        packed, scales_zeros = (None, None) if native else _pack_int4(linear.weight, group)
         self.register_buffer("packed", packed)
         self.register_buffer("scales_zeros", scales_zeros)
+        self.register_buffer("blocks", q4mm.pack(linear.weight) if native else None)
         # the original weights, not the 4-bit ones: closer to the source (int4 rounds its
         # scale and offset to bf16), and a prefill through them matches DTYPE=bfloat16 exactly
         self.register_buffer("dense", linear.weight.detach().to(torch.bfloat16))
@@ -75,9 +79,7 @@ class Int4Linear(nn.Module):
         if not _few_rows(x):
             return _many_rows(x, self.dense, self.bias, packed=self.dense_packed)
         flat = x.reshape(-1, self.in_features)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, self.packed, self.group, self.scales_zeros
-        )
+        y = int4_mm(flat, self.packed, self.group, self.scales_zeros, self.blocks)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -128,11 +130,15 @@ class FusedInt4(nn.Module):
         self.in_features, self.group = first.in_features, first.group
         self.sizes = [p.out_features for p in parts]
         self.out_features = sum(self.sizes)
+        bias = None if first.bias is None else torch.cat([p.bias for p in parts])
+        self.register_buffer("bias", bias)
+        if first.blocks is not None:  # q4mm's rows are independent: the parts' side by side
+            self._fuse_blocks(parts)
+            return
         packed, scales_zeros = _pack_int4(torch.cat([p.plain_dense() for p in parts]), first.group)
         self.register_buffer("packed", packed)
         self.register_buffer("scales_zeros", scales_zeros)
-        bias = None if first.bias is None else torch.cat([p.bias for p in parts])
-        self.register_buffer("bias", bias)
+        self.register_buffer("blocks", None)
         start = 0
         for p in parts:
             rows = packed[start : start + p.out_features]
@@ -140,24 +146,51 @@ class FusedInt4(nn.Module):
                 p.packed = rows
             start += p.out_features
 
+    def _fuse_blocks(self, parts: list[Int4Linear]) -> None:
+        self.register_buffer("packed", None)
+        self.register_buffer("scales_zeros", None)
+        self.register_buffer("blocks", torch.cat([p.blocks for p in parts]))
+        start = 0
+        for p in parts:
+            p.blocks = self.blocks[start : start + p.out_features]
+            start += p.out_features
+
     def forward(self, flat: torch.Tensor) -> torch.Tensor:
         """flat [rows, in] in bfloat16 -> [rows, out] (the parts' outputs, side by side)."""
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, self.packed, self.group, self.scales_zeros
-        )
+        y = int4_mm(flat, self.packed, self.group, self.scales_zeros, self.blocks)
         return y if self.bias is None else y + self.bias
 
 
-class Int8Linear(nn.Module):
-    """y = x W^T with W in int8, one scale per output row; `weight` (bfloat16) serves many rows."""
+_TORCH_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
 
-    def __init__(self, weight: torch.Tensor) -> None:
+
+def int4_mm(
+    flat: torch.Tensor,
+    packed: torch.Tensor | None,
+    group: int,
+    scales_zeros: torch.Tensor | None,
+    blocks: torch.Tensor | None,
+) -> torch.Tensor:
+    """flat [rows, in] bfloat16 times a 4-bit layer's weights, through whichever kernel the
+    layer holds weights for (blocks: q4mm's; else torch's)."""
+    if blocks is not None:
+        return q4mm.mm(blocks, flat, blocks.shape[0])
+    return _TORCH_INT4_MM(flat, packed, group, scales_zeros)
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T with W in int8; `weight` (bfloat16) serves many rows. Few rows go through
+    torch's kernel (one scale per output row) or, with kernel="native", q4mm's (GGUF's Q8_0:
+    a float16 scale per 32 weights)."""
+
+    def __init__(self, weight: torch.Tensor, kernel: str = "torch") -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        w = weight.detach().float()
-        scale = (w.abs().amax(1) / 127).clamp(min=1e-8)
-        self.register_buffer("q", (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(torch.bfloat16))
+        native = kernel == "native" and self.in_features % q4mm.QK == 0
+        q, scale = (None, None) if native else _per_row_int8(weight)
+        self.register_buffer("q", q)
+        self.register_buffer("scale", scale)
+        self.register_buffer("blocks", q4mm.pack8(weight) if native else None)
         self.weight = weight  # shared with the embedding: costs no memory
         # a prefill's call prepacked for oneDNN (inference/onednn.py): a copy (the embedding
         # needs the plain layout), 56 MB for the bundled model, which saved the reorder of the
@@ -170,9 +203,19 @@ class Int8Linear(nn.Module):
             weight, packed = self.many_rows_weight, self.many_rows_packed
             return _many_rows(x, weight, None, HEAD_TILE, packed=packed)
         flat = x.reshape(-1, self.in_features)
-        return torch._weight_int8pack_mm(flat, self.q, self.scale).reshape(
-            *x.shape[:-1], self.out_features
-        )
+        if self.blocks is not None:
+            y = q4mm.mm8(self.blocks, flat, self.out_features)
+        else:
+            y = torch._weight_int8pack_mm(flat, self.q, self.scale)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _per_row_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's int8 kernel's weights: codes [out, in] and one bfloat16 scale per output row."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(1) / 127).clamp(min=1e-8)
+    q = (w / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
+    return q, scale.to(torch.bfloat16)
 
 
 def invariant_linear(
@@ -267,8 +310,9 @@ def tile_prefill(model: Any) -> Any:
     return model
 
 
-def quantize_int4(model: Any) -> Any:
-    """Replaces the decoder's Linear layers (int4) and the LM head (int8), in place."""
+def quantize_int4(model: Any, kernel: str = "torch") -> Any:
+    """Replaces the decoder's Linear layers (int4) and the LM head (int8), in place. `kernel`:
+    the few-row 4-bit kernel the layers hold weights for, "torch" or "native" (q4mm)."""
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None or not isinstance(getattr(model, "lm_head", None), nn.Linear):
         raise ValueError(
@@ -279,9 +323,9 @@ def quantize_int4(model: Any) -> Any:
         for parent in list(layer.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear) and fits(child):  # others stay bfloat16
-                    setattr(parent, name, Int4Linear(child))
+                    setattr(parent, name, Int4Linear(child, kernel=kernel))
         fuse_layer(layer)
-    model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16))
+    model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16), kernel=kernel)
     return model
 
 
@@ -328,6 +372,38 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
             onednn.linear(x.to(dtype), w, None, is_packed).to(torch.bfloat16)
             best[dtype] = min(best[dtype], time.perf_counter() - start)
     return torch.float32 if best[torch.bfloat16] > SLOWER * best[torch.float32] else torch.bfloat16
+
+
+def choose_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
+    """The few-row 4-bit kernel for `model` (before quantize_int4): "torch" or "native".
+    auto times both on one row through the model's largest Linear of its layers and keeps
+    q4mm where it was faster (a CPU without AVX-512: ~2x torch's speed on a Zen 3); torch's
+    where q4mm cannot be built here. "native" where it cannot be built is an error."""
+    if setting == "torch":
+        return "torch"
+    if not q4mm.available():
+        if setting == "native":
+            raise ValueError(
+                "INT4_KERNEL=native: the 4-bit kernel could not be built on this machine "
+                "(it needs a C compiler and an x86-64 CPU with AVX2); use auto or torch"
+            )
+        return "torch"
+    if setting == "native":
+        return "native"
+    linears = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear) and fits(m)]
+    if not linears:
+        return "torch"
+    largest = max(linears, key=lambda m: m.weight.numel())
+    layers = {k: Int4Linear(largest, kernel=k) for k in ("torch", "native")}
+    x = torch.randn(1, 1, largest.in_features, dtype=torch.bfloat16)
+    best = dict.fromkeys(layers, float("inf"))
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for kernel, layer in layers.items():
+                start = time.perf_counter()
+                layer(x)
+                best[kernel] = min(best[kernel], time.perf_counter() - start)
+    return "native" if best["native"] < best["torch"] else "torch"
 
 
 FUSED = {

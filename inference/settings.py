@@ -63,6 +63,14 @@ class Settings(BaseSettings):
         "more than 1.25x slower (no AMX; timed at load), else bfloat16. float32 doubles the "
         "dense weights' memory.",
     )
+    int4_kernel: Literal["auto", "torch", "native"] = Field(
+        "auto",
+        description="DTYPE=int4 only: the 4-bit kernel of decode steps. native: our own "
+        "(inference/q4mm.c, built for this CPU with the C compiler at first use, llama.cpp's "
+        "arithmetic: int8 activations times the GGUF's 4-bit blocks); torch: torch's int4 "
+        "kernel; auto: whichever multiplied one row faster at load (native where it cannot "
+        "be built: torch).",
+    )
     max_batch: int = Field(8, ge=1, description="Most sequences decoded together (running).")
     max_queue: int = Field(
         64, ge=0, description="Most requests waiting for a running slot; beyond it: 503."

@@ -31,7 +31,7 @@ def test_read_bandwidth_is_a_plausible_figure() -> None:
     assert 1e8 < read_bandwidth(mb=64, repeats=3) < 1e13
 
 
-def _tiny_int4_model() -> Any:
+def _tiny_int4_model(kernel: str = "torch") -> Any:
     from inference.quant import quantize_int4
 
     layer = torch.nn.Module()
@@ -46,15 +46,21 @@ def _tiny_int4_model() -> Any:
     model.config = SimpleNamespace(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1
     )
-    return quantize_int4(model.to(torch.bfloat16))
+    return quantize_int4(model.to(torch.bfloat16), kernel=kernel)
 
 
-def test_our_bytes_count_each_4bit_weight_once_though_qkv_is_fused() -> None:
-    parts = our_bytes(_tiny_int4_model(), context=10)
+@pytest.mark.parametrize("kernel", ["torch", "native"])
+def test_our_bytes_count_each_4bit_weight_once_though_qkv_is_fused(kernel: str) -> None:
+    from inference import q4mm
+
+    if kernel == "native" and not q4mm.available():
+        pytest.skip("the native 4-bit kernel cannot be built here")
+    parts = our_bytes(_tiny_int4_model(kernel), context=10)
     weights = 4 * 64 * 64
     assert parts["int4 codes"] == weights // 2  # 4 bits each; the fused q/k/v not again
-    assert parts["int4 scales+offsets"] == weights // 32 * 2 * 2  # bf16 pair per 32
-    assert parts["int8 LM head + scales"] == 100 * 64 + 100 * 2
+    assert parts["int4 scales+offsets"] == weights // 32 * 2 * 2  # a 16-bit pair per 32
+    scales = 100 * 2 if kernel == "torch" else 100 * 64 // 32 * 2  # per row, or per 32
+    assert parts["int8 LM head + scales"] == 100 * 64 + scales
     assert parts["KV"] == kv_bytes(
         SimpleNamespace(
             hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1

@@ -43,6 +43,28 @@ def loaded_model() -> Any:
 
 
 @pytest.fixture(scope="session")
+def loaded_model_other_kernel(loaded_model: Any) -> Any:
+    """The bundled model through the other 4-bit kernel than the one INT4_KERNEL=auto chose
+    for `loaded_model` on this machine (inference/q4mm.py), so both kernels meet the tests
+    that need the real model; skipped where the native one cannot be built."""
+    from inference import q4mm
+    from inference.model_store import prepare_model
+
+    if not q4mm.available():
+        pytest.skip("the native 4-bit kernel cannot be built on this machine")
+    native = loaded_model.model.lm_head.blocks is not None
+    kernel = "torch" if native else "native"
+    return prepare_model(Settings(model="", dtype="auto", device="cpu", int4_kernel=kernel))
+
+
+@pytest.fixture(params=["auto", "other"])
+def model_of_each_kernel(request: pytest.FixtureRequest) -> Any:
+    """`loaded_model`, then `loaded_model_other_kernel`."""
+    name = "loaded_model" if request.param == "auto" else "loaded_model_other_kernel"
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture(scope="session")
 def loaded_model_cuda() -> Any:
     """The bundled model on CUDA (DTYPE=auto: bfloat16 there)."""
     from inference.model_store import prepare_model

@@ -45,10 +45,12 @@ def _greedy(loaded: Any, prompts: list[str], lean: bool) -> list[list[int]]:
 
 @pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS[2:3], PROMPTS])
 def test_greedy_replies_are_the_same_tokens_with_the_lean_step(
-    loaded_model: Any, prompts: list[str]
+    model_of_each_kernel: Any, prompts: list[str]
 ) -> None:
-    """One stream, and a batch of prompts of different lengths (left padding, a mask)."""
-    assert _greedy(loaded_model, prompts, lean=True) == _greedy(loaded_model, prompts, lean=False)
+    """One stream, and a batch of prompts of different lengths (left padding, a mask), through
+    either 4-bit kernel."""
+    loaded = model_of_each_kernel
+    assert _greedy(loaded, prompts, lean=True) == _greedy(loaded, prompts, lean=False)
 
 
 def _bit_for_bit(loaded: Any, prompts: list[str]) -> None:
@@ -76,8 +78,8 @@ def _bit_for_bit(loaded: Any, prompts: list[str]) -> None:
 
 
 @torch.inference_mode()
-def test_a_step_gives_the_models_logits_and_kv_bit_for_bit(loaded_model: Any) -> None:
-    _bit_for_bit(loaded_model, PROMPTS)
+def test_a_step_gives_the_models_logits_and_kv_bit_for_bit(model_of_each_kernel: Any) -> None:
+    _bit_for_bit(model_of_each_kernel, PROMPTS)
 
 
 @torch.inference_mode()

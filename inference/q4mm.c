@@ -1,0 +1,211 @@
+/* 4-bit weights (GGUF Q4_1's blocks), and 8-bit ones (Q8_0's), times bfloat16 activations, for few-row decode on CPUs
+ * where torch's int4 kernel is compute-bound (AVX2 without AVX-512: it converts every code to
+ * float). As llama.cpp does, each activation row is first quantized to int8 in blocks of 32
+ * (one float scale each), so a block's dot product is integer multiply-adds.
+ *
+ * Every output row is computed on its own with the same sequence of operations whatever the
+ * number of rows, so a stream's logits do not depend on the batch it shares a step with.
+ * Compiled at run time for the machine it runs on (inference/native_kernel.py). */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QK 32
+
+typedef struct {
+    uint16_t d; /* scale, float16 */
+    uint16_t m; /* offset (the block's value at code 0), float16 */
+    uint8_t qs[QK / 2]; /* byte j: element j in its low nibble, element j + 16 in its high */
+} block_q4_1;
+
+typedef struct {
+    float d; /* scale */
+    float s; /* d * sum of the codes */
+} scale_q8;
+
+static inline float bf16_to_f32(uint16_t v) {
+    uint32_t bits = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
+    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest, ties to even */
+    return (uint16_t)(bits >> 16);
+}
+
+static inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* One row of `in` bfloat16 values -> int8 codes and a scale (and code sum) per block. */
+static void quantize_row(const uint16_t *x, int in, int8_t *q, scale_q8 *sc) {
+    for (int b = 0; b < in / QK; b++) {
+        float v[QK], amax = 0.0f;
+        for (int i = 0; i < QK; i++) {
+            v[i] = bf16_to_f32(x[b * QK + i]);
+            float a = v[i] < 0 ? -v[i] : v[i];
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < QK; i++) {
+            int c = (int)__builtin_roundf(v[i] * id);
+            q[b * QK + i] = (int8_t)c;
+            sum += c;
+        }
+        sc[b].d = d;
+        sc[b].s = d * (float)sum;
+    }
+}
+
+#define MAX_ROWS 4
+
+/* y[r, o] for o in [lo, hi), r < ROWS: ROWS is a constant in each caller, so the
+ * accumulators stay in registers. Two blocks per iteration, each with accumulators of its
+ * own, so consecutive blocks do not wait on one multiply-add chain. */
+static inline __attribute__((always_inline)) void dot_rows(
+    const block_q4_1 *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
+    int lo, int hi, uint16_t *y) {
+    const int nb = in / QK;
+    const __m256i low_mask = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int o = lo; o < hi; o++) {
+        const block_q4_1 *wb = w + (size_t)o * nb;
+        __m256 acc[2][MAX_ROWS];
+        float mins[2][MAX_ROWS];
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < ROWS; r++) {
+                acc[k][r] = _mm256_setzero_ps();
+                mins[k][r] = 0.0f;
+            }
+        for (int b = 0; b < nb; b++) {
+            const int k = b & 1;
+            const float dw = _cvtsh_ss(wb[b].d), mw = _cvtsh_ss(wb[b].m);
+            const __m128i raw = _mm_loadu_si128((const __m128i *)wb[b].qs);
+            const __m256i codes =
+                _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low_mask);
+            for (int r = 0; r < ROWS; r++) {
+                const scale_q8 s = sc[(size_t)r * nb + b];
+                const __m256i xq =
+                    _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
+                const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
+                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * s.d), _mm256_cvtepi32_ps(sums),
+                                            acc[k][r]);
+                mins[k][r] += mw * s.s;
+            }
+        }
+        for (int r = 0; r < ROWS; r++) {
+            const float v = hsum(_mm256_add_ps(acc[0][r], acc[1][r])) + (mins[0][r] + mins[1][r]);
+            y[(size_t)r * out + o] = f32_to_bf16(v);
+        }
+    }
+}
+
+/* The LM head's weights: GGUF's Q8_0, 32 int8 codes with a float16 scale. */
+typedef struct {
+    uint16_t d;
+    int8_t qs[QK];
+} block_q8_0;
+
+static inline __attribute__((always_inline)) void dot_rows8(
+    const block_q8_0 *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
+    int lo, int hi, uint16_t *y) {
+    const int nb = in / QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int o = lo; o < hi; o++) {
+        const block_q8_0 *wb = w + (size_t)o * nb;
+        __m256 acc[2][MAX_ROWS];
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < ROWS; r++) acc[k][r] = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const int k = b & 1;
+            const float dw = _cvtsh_ss(wb[b].d);
+            const __m256i codes = _mm256_loadu_si256((const __m256i *)wb[b].qs);
+            /* maddubs wants one unsigned operand: |w| times x with w's sign */
+            const __m256i mag = _mm256_sign_epi8(codes, codes);
+            for (int r = 0; r < ROWS; r++) {
+                const __m256i xq =
+                    _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
+                const __m256i sums = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xq, codes)), ones);
+                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * sc[(size_t)r * nb + b].d),
+                                            _mm256_cvtepi32_ps(sums), acc[k][r]);
+            }
+        }
+        for (int r = 0; r < ROWS; r++)
+            y[(size_t)r * out + o] = f32_to_bf16(hsum(_mm256_add_ps(acc[0][r], acc[1][r])));
+    }
+}
+
+typedef void (*dot_fn)(const void *, const int8_t *, const scale_q8 *, int, int, int, int, int,
+                       uint16_t *);
+
+static void dot_outputs4(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
+                         int out, int lo, int hi, uint16_t *y) {
+    const block_q4_1 *b = w;
+    switch (rows) {
+    case 1: dot_rows(b, q, sc, 1, in, out, lo, hi, y); break;
+    case 2: dot_rows(b, q, sc, 2, in, out, lo, hi, y); break;
+    case 3: dot_rows(b, q, sc, 3, in, out, lo, hi, y); break;
+    default: dot_rows(b, q, sc, 4, in, out, lo, hi, y); break;
+    }
+}
+
+static void dot_outputs8(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
+                         int out, int lo, int hi, uint16_t *y) {
+    const block_q8_0 *b = w;
+    switch (rows) {
+    case 1: dot_rows8(b, q, sc, 1, in, out, lo, hi, y); break;
+    case 2: dot_rows8(b, q, sc, 2, in, out, lo, hi, y); break;
+    case 3: dot_rows8(b, q, sc, 3, in, out, lo, hi, y); break;
+    default: dot_rows8(b, q, sc, 4, in, out, lo, hi, y); break;
+    }
+}
+
+/* y [rows, out] = x [rows, in] (bfloat16) times the weights, in bfloat16. The outputs are
+ * shared among the calling thread's OpenMP team (torch's: the same runtime, so
+ * torch.set_num_threads sets its size). Returns 0, -1 where the shapes do not fit, -2 where
+ * memory ran out. */
+static int matmul(dot_fn dot, const void *weights, const uint16_t *x, int rows, int in, int out,
+                  uint16_t *y) {
+    if (rows <= 0 || in <= 0 || out <= 0 || in % QK) return -1;
+    const int nb = in / QK;
+    int8_t *q = malloc((size_t)rows * in + (size_t)rows * nb * sizeof(scale_q8));
+    if (!q) return -2;
+    scale_q8 *sc = (scale_q8 *)(q + (size_t)rows * in);
+    for (int r = 0; r < rows; r++)
+        quantize_row(x + (size_t)r * in, in, q + (size_t)r * in, sc + (size_t)r * nb);
+    const int chunk = 32, chunks = (out + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (chunks > 1 && omp_get_max_threads() > 1)
+    for (int c = 0; c < chunks; c++) {
+        const int lo = c * chunk, hi = lo + chunk < out ? lo + chunk : out;
+        for (int r0 = 0; r0 < rows; r0 += MAX_ROWS) {
+            const int n = rows - r0 < MAX_ROWS ? rows - r0 : MAX_ROWS;
+            dot(weights, q + (size_t)r0 * in, sc + (size_t)r0 * nb, n, in, out, lo, hi,
+                y + (size_t)r0 * out);
+        }
+    }
+    free(q);
+    return 0;
+}
+
+/* Q4_1 blocks (20 bytes per 32 weights). */
+int q4mm(const void *weights, const uint16_t *x, int rows, int in, int out, uint16_t *y) {
+    return matmul(dot_outputs4, weights, x, rows, in, out, y);
+}
+
+/* Q8_0 blocks (34 bytes per 32 weights). */
+int q8mm(const void *weights, const uint16_t *x, int rows, int in, int out, uint16_t *y) {
+    return matmul(dot_outputs8, weights, x, rows, in, out, y);
+}

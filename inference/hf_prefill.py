@@ -240,7 +240,7 @@ class Prefiller:
         # the last prompt token is always computed: its logits give the first reply token
         limit = len(tokens) - 1 if seq is not None else len(tokens)
         blocks = self.cache.lookup(tokens, limit, count) if self.cache is not None else []
-        kv, have = self._take_sealed(tokens, limit)
+        kv, have = self._take_sealed(tokens, limit, asked=seq is not None)
         if kv is None:
             kv = self._buffer(_whole_blocks(len(tokens) + room))
         for i in range(have // BLOCK, len(blocks)):
@@ -252,10 +252,14 @@ class Prefiller:
         _clear_tail(kv, job.done)
         return job
 
-    def _take_sealed(self, tokens: list[int], limit: int) -> tuple[torch.Tensor | None, int]:
+    def _take_sealed(
+        self, tokens: list[int], limit: int, asked: bool = True
+    ) -> tuple[torch.Tensor | None, int]:
         """The buffer of the last reply cached in the background, and how many tokens of it
-        hold KV, for a prompt that continues it (the conversation's next turn): its history
-        is in place already. Copying that history from the cache into a fresh buffer took
+        hold KV, for a prompt that continues it (the conversation's next turn: its history
+        is in place already) or that it holds all but the last token of (`asked`: a request's
+        prompt sent again, a regenerated reply: only that token is computed, where the
+        cache's whole blocks left up to 16 to compute). Copying that history from the cache into a fresh buffer took
         30-69 ms of a 4,000-token conversation's next turn (~23,000 page faults of the new
         buffer) on a 2-core AMD EPYC, where the whole turn took ~200-290 ms."""
         sealed = self.sealed
@@ -263,7 +267,8 @@ class Prefiller:
             return None, 0
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         shared = min(_common(tokens, sealed.tokens), limit)
-        if not fits or not _enough(shared, len(sealed.tokens)):
+        again = asked and shared == limit == len(tokens) - 1
+        if not fits or not (again or _enough(shared, len(sealed.tokens))):
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past `shared`
         # the KV past the tokens both share came from the old ones: it is computed again

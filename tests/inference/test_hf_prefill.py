@@ -348,6 +348,27 @@ def _sealed_turn(loaded: Any) -> tuple[Prefiller, list[int], list[int]]:
     return prefiller, prompt, turn1.generated
 
 
+def test_a_prompt_sent_again_computes_only_its_last_token_in_the_kept_buffer(
+    loaded_model: Any,
+) -> None:
+    """A regenerated reply: the same prompt again, while the buffer of its first reply is
+    kept. Only the last prompt token (whose logits give the first reply token) is computed,
+    where the cache's whole blocks would leave up to 16; KV and logits are a cold prefill's."""
+    prefiller, prompt, _ = _sealed_turn(loaded_model)
+    kept_buffer = prefiller.sealed.kv.data_ptr()
+    assert len(prompt) % BLOCK != 1  # the cache alone would leave more than one token
+    seq = _Seq(list(prompt))
+    job = prefiller._start(seq)
+    assert job.kv.data_ptr() == kept_buffer and job.done == len(prompt) - 1
+    done = {}
+    while not done:
+        done = prefiller.step([seq])
+    cold_kv, cold_logits = _prefill(loaded_model, prompt, [len(prompt)])
+    n = len(prompt)
+    assert torch.equal(job.kv[..., :n, :], cold_kv[..., :n, :])
+    assert torch.equal(done[id(seq)][1], cold_logits)
+
+
 @pytest.mark.parametrize("kept", [TOKENS + 5, TOKENS + 2], ids=["as-decoded", "retokenized"])
 def test_a_next_turn_computes_only_what_follows_the_reply_it_shares(
     loaded_model: Any, kept: int

@@ -25,7 +25,6 @@ import torch
 
 from inference import prefill_stages, quant
 from inference.prefill import (
-    MIN_ROWS,
     Piece,
     PrefillJob,
     StepPace,
@@ -369,8 +368,9 @@ class Prefiller:
             pieces.append(Piece(job, job.done, n, len(ids)))
             ids += job.tokens[job.done : job.done + n]
             pos += range(job.done, job.done + n)
-        pad = max(0, MIN_ROWS - len(ids))  # padding rows: no piece, attention leaves them zero
-        ids, pos = ids + [0] * pad, pos + [0] * pad
+        # no padding rows: each matmul pads its own call to a width that gives every row the
+        # bits of a whole tile on this CPU (quant.invariant_linear, narrow.py), and attention
+        # its own tiles; a next turn's or a resent prompt's one new token paid 16 rows
         ending = [
             p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)
         ]
@@ -383,7 +383,7 @@ class Prefiller:
         }
         keep = None
         if ending:
-            # the LM head pads them to its tile of MIN_ROWS, or to a narrower call where
+            # the LM head pads them to its tile of HEAD_TILE rows, or to a narrower call where
             # this CPU gives each row the same bits (quant.HEAD_TILE, inference/narrow.py)
             rows = [p.offset + p.length - 1 for p in ending]
             keep = torch.tensor(rows, device=self.device)

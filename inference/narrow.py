@@ -27,11 +27,12 @@ import torch
 
 from inference import onednn
 
-STEP = 16  # narrow linear calls are multiples of this many rows (prefill.MIN_ROWS)
-# narrow calls of a tile of at most STEP rows (the LM head's in a prefill: one row per prompt
-# that ends in the step, asked for 16): where this CPU computes each row on its own, a lone
+STEP = 16  # narrow linear calls are multiples of this many rows, or SMALL_WIDTHS
+# narrow calls of fewer than STEP rows: where this CPU computes each row on its own, a lone
 # next turn's head needs 1 row, not 16 (49,152 x 576 in bfloat16 on an AVX2 Zen 3, whose
-# bfloat16 is emulated: 58 ms for 16 rows, 5 ms for 1, the same bits)
+# bfloat16 is emulated: 58 ms for 16 rows, 5 ms for 1, the same bits), and a prompt's one
+# new token (a resent prompt) goes through each layer as 1 row (the layers' float32 packed
+# calls on that Zen 3: 1 row 70-157 us, 16 rows 133-318 us, the same bits as 128 rows)
 SMALL_WIDTHS = (1, 2, 4, 8)
 # narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
 # rises in steps of its row count (against 4,096 keys in bfloat16 on a Zen 5: 0.8-0.9 ms at
@@ -97,9 +98,10 @@ def _probe_linear(
     def call(r0: int, r1: int) -> tuple[torch.Tensor, ...]:
         return (onednn.linear(x[r0:r1].clone(), weight, bias, packed),)
 
+    small = tuple(w for w in SMALL_WIDTHS if w < min(tile, STEP))
     if tile <= STEP:
-        return _probe(call, tile, 1, tuple(w for w in SMALL_WIDTHS if w < tile))
-    return _probe(call, tile, STEP)
+        return _probe(call, tile, 1, small)
+    return _probe(call, tile, STEP, small + tuple(range(STEP, tile, STEP)))
 
 
 def _probe(
@@ -125,7 +127,7 @@ def _probe(
     for width in candidates or range(step, tile, step):
         outs, spent = _timed(call, 0, width)
         if spent < full_time and same(0, width, outs):
-            stride = width if candidates else step
+            stride = width if width < STEP else step
             starts = range(stride, tile - width + 1, stride)
             if all(same(r0, width, call(r0, r0 + width)) for r0 in starts):
                 widths.append(width)

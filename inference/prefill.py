@@ -18,7 +18,6 @@ import torch
 
 from inference import quant
 
-MIN_ROWS = 16  # fewer rows than this may take a matrix-vector path with other rounding
 ALIGN = 128  # chunks end on multiples of this: quant.TILE rows, a multiple of TILE
 OVERSHOOT = 1.25  # how far past its share a chunk may run to end on an edge
 MIN_BUDGET = 64.0  # cost units: smaller steps would be mostly a pass over the weights

@@ -37,7 +37,7 @@ OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
 FEW_ROWS = 8
 TILE = 128  # rows per bf16 matmul call in a prefill: see invariant_linear
 # rows per LM head call in a prefill, which asks it for one row per prompt ending in the step:
-# padded to this (prefill.MIN_ROWS), or to fewer rows where this CPU gives each row the same
+# padded to this, or to fewer rows where this CPU gives each row the same
 # bits (inference/narrow.py); in whole tiles of TILE it cost 8x as much (49,152 x 576 in
 # bfloat16 without AMX: 375 vs 47 ms)
 HEAD_TILE = 16

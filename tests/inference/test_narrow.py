@@ -104,8 +104,8 @@ def test_the_last_rows_of_a_linear_get_the_narrowest_width_that_holds_them() -> 
     weight = torch.randn(1536, 576, dtype=torch.bfloat16)
     narrow.linear_rows(1, weight, None, 128)
     [widths] = narrow._linear.values()  # whatever this CPU allows, each checked bit for bit
-    assert all(w % narrow.STEP == 0 and w < 128 for w in widths)
-    for rows in (1, 16, 17, 100):
+    assert all((w in narrow.SMALL_WIDTHS or w % narrow.STEP == 0) and w < 128 for w in widths)
+    for rows in (1, 3, 16, 17, 100):
         expect = next((w for w in widths if w >= rows), 128)
         assert narrow.linear_rows(rows, weight, None, 128) == expect
 
@@ -122,3 +122,17 @@ def test_a_tile_of_sixteen_rows_or_fewer_is_probed_at_one_two_four_and_eight_row
     for rows in (1, 2, 3, 9):
         expect = next((w for w in widths if w >= rows), 16)
         assert narrow.linear_rows(rows, weight, None, 16) == expect
+
+
+def test_a_whole_tile_is_probed_at_small_widths_too_where_their_rows_keep_their_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt's one new token (resent, or a short next turn) need not pay for 16 rows in
+    every layer; a width whose calls sum otherwise (2 rows here) is never used."""
+    _drift_linear_calls(monkeypatch, lambda rows: rows == 2)
+    weight = torch.randn(1536, 576)
+    narrow.linear_rows(1, weight, None, 128)
+    [widths] = narrow._linear.values()
+    assert 2 not in widths
+    assert narrow.linear_rows(2, weight, None, 128) in (*widths, 128)
+    assert narrow.linear_rows(2, weight, None, 128) != 2

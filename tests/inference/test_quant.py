@@ -280,7 +280,7 @@ def test_int4_fuses_qkv_and_gate_up_of_each_layer() -> None:
 
 
 def test_a_prefills_lm_head_multiplies_its_16_rows_in_one_call(monkeypatch) -> None:
-    """A prefill asks the LM head for 16 rows (prefill.MIN_ROWS); padded to a whole tile of
+    """A prefill asks the LM head for 16 rows (quant.HEAD_TILE); padded to a whole tile of
     TILE rows they cost 8x as much (bfloat16 without AMX)."""
     head = Int8Linear(torch.randn(4096, 576, dtype=torch.bfloat16))
     calls: list[int] = []

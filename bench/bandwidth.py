@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from bench.inference import run_http, server_process
-from bench.measure import PROMPTS, Result
+from bench.measure import PROMPTS, Result, wait_for_quiet
 from inference import q4mm, quant
 from inference.model_store import bundled_gguf, prepare_model
 from inference.settings import Settings
@@ -150,6 +150,9 @@ def measure(
         live = {name: url for name, url in urls.items() if url}
         for url in live.values():
             asyncio.run(run_http(url, 1, 8, {}))
+        # what a server does once after it starts (ours probes its prefill calls while idle,
+        # ~4.5 s of work on a 2-core Zen 3) is not part of a stream's steady state
+        wait_for_quiet()
         for _ in range(rounds):
             for name, url in live.items():
                 results[name].append(asyncio.run(run_http(url, 1, tokens, {})))

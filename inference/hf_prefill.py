@@ -25,6 +25,7 @@ import torch
 
 from inference import prefill_stages, quant
 from inference.prefill import (
+    MIN_ROWS,
     Piece,
     PrefillJob,
     StepPace,
@@ -258,9 +259,10 @@ class Prefiller:
         hold KV, for a prompt that continues it (the conversation's next turn: its history
         is in place already) or that it holds all but the last token of (`asked`: a request's
         prompt sent again, a regenerated reply: only that token is computed, where the
-        cache's whole blocks left up to 16 to compute). Copying that history from the cache into a fresh buffer took
-        30-69 ms of a 4,000-token conversation's next turn (~23,000 page faults of the new
-        buffer) on a 2-core AMD EPYC, where the whole turn took ~200-290 ms."""
+        cache's whole blocks left up to 16 to compute). Copying that history from the cache
+        into a fresh buffer took 30-69 ms of a 4,000-token conversation's next turn (~23,000
+        page faults of the new buffer) on a 2-core AMD EPYC, where the whole turn took
+        ~200-290 ms."""
         sealed = self.sealed
         if sealed is None:
             return None, 0
@@ -368,9 +370,11 @@ class Prefiller:
             pieces.append(Piece(job, job.done, n, len(ids)))
             ids += job.tokens[job.done : job.done + n]
             pos += range(job.done, job.done + n)
-        # no padding rows: each matmul pads its own call to a width that gives every row the
-        # bits of a whole tile on this CPU (quant.invariant_linear, narrow.py), and attention
-        # its own tiles; a next turn's or a resent prompt's one new token paid 16 rows
+        # on the CPU no padding rows: each matmul pads its own call to a width that gives
+        # every row a whole tile's bits (quant.invariant_linear, narrow.py), attention its
+        # own tiles; a resent prompt's one new token paid 16 rows in every layer
+        pad = 0 if self.device.type == "cpu" else max(0, MIN_ROWS - len(ids))
+        ids, pos = ids + [0] * pad, pos + [0] * pad  # padding rows: attention leaves them zero
         ending = [
             p for p in pieces if p.job.seq is not None and p.start + p.length == len(p.job.tokens)
         ]

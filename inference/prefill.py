@@ -18,6 +18,9 @@ import torch
 
 from inference import quant
 
+# a step's fewest rows off the CPU, where a matmul of fewer may take a matrix-vector path with
+# other rounding (on the CPU each matmul pads its own call: quant.invariant_linear)
+MIN_ROWS = 16
 ALIGN = 128  # chunks end on multiples of this: quant.TILE rows, a multiple of TILE
 OVERSHOOT = 1.25  # how far past its share a chunk may run to end on an edge
 MIN_BUDGET = 64.0  # cost units: smaller steps would be mostly a pass over the weights

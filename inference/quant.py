@@ -326,7 +326,8 @@ def quantize_int4(model: Any, kernel: str = "torch") -> Any:
                     setattr(parent, name, Int4Linear(child, kernel=kernel))
         fuse_layer(layer)
     model.lm_head = Int8Linear(model.lm_head.weight.to(torch.bfloat16), kernel=kernel)
-    return model
+    # what did not fit stays bfloat16, in prefill tiles: a prefill step pads nothing itself
+    return tile_prefill(model)
 
 
 # bfloat16 must be this much slower than float32 before a prefill pays for float32's weights

@@ -151,26 +151,23 @@ static inline __attribute__((always_inline)) void dot_rows8(
 typedef void (*dot_fn)(const void *, const int8_t *, const scale_q8 *, int, int, int, int, int,
                        uint16_t *);
 
+/* `dot` with ROWS a constant, for each row count a call may have (up to MAX_ROWS) */
+#define BY_ROWS(dot, blocks)                                                                 \
+    switch (rows) {                                                                          \
+    case 1: dot(blocks, q, sc, 1, in, out, lo, hi, y); break;                                \
+    case 2: dot(blocks, q, sc, 2, in, out, lo, hi, y); break;                                \
+    case 3: dot(blocks, q, sc, 3, in, out, lo, hi, y); break;                                \
+    default: dot(blocks, q, sc, 4, in, out, lo, hi, y); break;                               \
+    }
+
 static void dot_outputs4(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
                          int out, int lo, int hi, uint16_t *y) {
-    const block_q4_1 *b = w;
-    switch (rows) {
-    case 1: dot_rows(b, q, sc, 1, in, out, lo, hi, y); break;
-    case 2: dot_rows(b, q, sc, 2, in, out, lo, hi, y); break;
-    case 3: dot_rows(b, q, sc, 3, in, out, lo, hi, y); break;
-    default: dot_rows(b, q, sc, 4, in, out, lo, hi, y); break;
-    }
+    BY_ROWS(dot_rows, (const block_q4_1 *)w)
 }
 
 static void dot_outputs8(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
                          int out, int lo, int hi, uint16_t *y) {
-    const block_q8_0 *b = w;
-    switch (rows) {
-    case 1: dot_rows8(b, q, sc, 1, in, out, lo, hi, y); break;
-    case 2: dot_rows8(b, q, sc, 2, in, out, lo, hi, y); break;
-    case 3: dot_rows8(b, q, sc, 3, in, out, lo, hi, y); break;
-    default: dot_rows8(b, q, sc, 4, in, out, lo, hi, y); break;
-    }
+    BY_ROWS(dot_rows8, (const block_q8_0 *)w)
 }
 
 /* y [rows, out] = x [rows, in] (bfloat16) times the weights, in bfloat16. The outputs are

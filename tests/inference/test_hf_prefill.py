@@ -360,11 +360,17 @@ def test_a_prompt_sent_again_computes_only_its_last_token_in_the_kept_buffer(
     seq = _Seq(list(prompt))
     job = prefiller._start(seq)
     assert job.kv.data_ptr() == kept_buffer and job.done == len(prompt) - 1
+    _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)
+
+
+def _completes_as_a_cold_prefill(loaded: Any, prefiller: Prefiller, seq: _Seq, job: Any) -> None:
+    """The rest of `seq`'s prompt goes through; its KV and first logits are a cold prefill's."""
     done = {}
     while not done:
         done = prefiller.step([seq])
-    cold_kv, cold_logits = _prefill(loaded_model, prompt, [len(prompt)])
-    n = len(prompt)
+    tokens = seq.prompt_ids
+    cold_kv, cold_logits = _prefill(loaded, tokens, [len(tokens)])
+    n = len(tokens)
     assert torch.equal(job.kv[..., :n, :], cold_kv[..., :n, :])
     assert torch.equal(done[id(seq)][1], cold_logits)
 
@@ -383,10 +389,4 @@ def test_a_next_turn_computes_only_what_follows_the_reply_it_shares(
     job = prefiller._start(seq)
     assert job.kv.data_ptr() == kept_buffer and prefiller.sealed is None
     assert job.done == len(prompt) + kept
-    done = {}
-    while not done:
-        done = prefiller.step([seq])
-    cold_kv, cold_logits = _prefill(loaded_model, turn2, [len(turn2)])
-    n = len(turn2)
-    assert torch.equal(job.kv[..., :n, :], cold_kv[..., :n, :])
-    assert torch.equal(done[id(seq)][1], cold_logits)
+    _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 import torch
 
 from inference.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 def pick_device(settings: Settings) -> torch.device:
@@ -66,7 +63,6 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
         from inference import quant
 
         kernel = quant.choose_kernel(model, settings.int4_kernel)
-        log.info("int4: a decode step's 4-bit matmuls through the %s kernel", kernel)
         model = quant.quantize_int4(model, kernel=kernel)
         prefill = settings.prefill_dtype
         dense = quant.faster_dense_dtype(model) if prefill == "auto" else getattr(torch, prefill)

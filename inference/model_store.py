@@ -171,7 +171,9 @@ def prepare_model(settings: Settings, progress: Progress = stderr_progress) -> L
     if dtype == "int4":
         from inference.quant import dense_dtype
 
-        weights = f"int4 weights, prefill in {str(dense_dtype(model)).removeprefix('torch.')}, "
+        kernel = "our" if model.lm_head.blocks is not None else "torch's"
+        dense = str(dense_dtype(model)).removeprefix("torch.")
+        weights = f"int4 weights through {kernel} 4-bit kernel, prefill in {dense}, "
     progress(f"loaded in {time.monotonic() - start:.1f}s ({weights}{model.dtype}, {model.device})")
     return LoadedModel(
         model, tok, folder, dtype if dtype != "auto" else str(model.dtype).removeprefix("torch.")

@@ -170,7 +170,8 @@ def report(
         f"{torch.get_num_threads()} threads, best of 14)"
     )
     print(f"one stream, medians of {args.rounds} interleaved rounds:")
-    print(f"{'server':<18} {'tok/s':>7} {'decode':>7} {'MiB/tok':>8} {'limit':>7} {'fraction':>8}")
+    head = f"{'server':<18} {'tok/s':>7} {'decode':>7} {'TTFT ms':>8} {'MiB/tok':>8} {'limit':>7}"
+    print(f"{head} {'fraction':>8}")
     medians: dict[str, float] = {}
     for name, runs in results.items():
         if not runs or not any(r.tokens for r in runs):
@@ -178,11 +179,13 @@ def report(
             continue
         rate = _median([r.rate for r in runs])
         decode = _median([decode_rate(r) for r in runs])
+        # the first token's share of tok/s: ours against a prompt cache's on a resent prompt
+        ttft = _median([r.ttft[0] * 1000 for r in runs if r.ttft])
         per_token = sum(sizes[name].values())
         limit = bandwidth / per_token
         medians[name] = rate
         print(
-            f"{name:<18} {rate:>7.1f} {decode:>7.1f} {per_token / MB:>8.2f} "
+            f"{name:<18} {rate:>7.1f} {decode:>7.1f} {ttft:>8.0f} {per_token / MB:>8.2f} "
             f"{limit:>7.0f} {decode / limit:>8.2f}"
         )
     if len(medians) == 2:

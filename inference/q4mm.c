@@ -71,42 +71,48 @@ static void quantize_row(const uint16_t *x, int in, int8_t *q, scale_q8 *sc) {
 
 #define MAX_ROWS 4
 
-/* y[r, o] for o in [lo, hi), r < ROWS: ROWS is a constant in each caller, so the
- * accumulators stay in registers. Two blocks per iteration, each with accumulators of its
- * own, so consecutive blocks do not wait on one multiply-add chain. */
+/* One 4-bit block b of an output row into the ROWS rows' accumulators. */
+static inline __attribute__((always_inline)) void block4(
+    const block_q4_1 *blk, const int8_t *q, const scale_q8 *sc, const int ROWS, int b, int nb,
+    int in, __m256 *acc, float *mins) {
+    const __m256i low_mask = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const float dw = _cvtsh_ss(blk->d), mw = _cvtsh_ss(blk->m);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)blk->qs);
+    const __m256i codes =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low_mask);
+    for (int r = 0; r < ROWS; r++) {
+        const scale_q8 s = sc[(size_t)r * nb + b];
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
+        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * s.d), _mm256_cvtepi32_ps(sums), acc[r]);
+        mins[r] += mw * s.s;
+    }
+}
+
+/* y[r, o] for o in [lo, hi), r < ROWS: ROWS is a constant in each caller and the two blocks
+ * of an iteration have accumulators of their own, named, not indexed by the block: so they
+ * stay in registers and consecutive blocks do not wait on one multiply-add chain. */
 static inline __attribute__((always_inline)) void dot_rows(
     const block_q4_1 *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
     int lo, int hi, uint16_t *y) {
     const int nb = in / QK;
-    const __m256i low_mask = _mm256_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int o = lo; o < hi; o++) {
         const block_q4_1 *wb = w + (size_t)o * nb;
-        __m256 acc[2][MAX_ROWS];
-        float mins[2][MAX_ROWS];
-        for (int k = 0; k < 2; k++)
-            for (int r = 0; r < ROWS; r++) {
-                acc[k][r] = _mm256_setzero_ps();
-                mins[k][r] = 0.0f;
-            }
-        for (int b = 0; b < nb; b++) {
-            const int k = b & 1;
-            const float dw = _cvtsh_ss(wb[b].d), mw = _cvtsh_ss(wb[b].m);
-            const __m128i raw = _mm_loadu_si128((const __m128i *)wb[b].qs);
-            const __m256i codes =
-                _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low_mask);
-            for (int r = 0; r < ROWS; r++) {
-                const scale_q8 s = sc[(size_t)r * nb + b];
-                const __m256i xq =
-                    _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
-                const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
-                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * s.d), _mm256_cvtepi32_ps(sums),
-                                            acc[k][r]);
-                mins[k][r] += mw * s.s;
-            }
-        }
+        __m256 even[MAX_ROWS], odd[MAX_ROWS];
+        float even_mins[MAX_ROWS], odd_mins[MAX_ROWS];
         for (int r = 0; r < ROWS; r++) {
-            const float v = hsum(_mm256_add_ps(acc[0][r], acc[1][r])) + (mins[0][r] + mins[1][r]);
+            even[r] = odd[r] = _mm256_setzero_ps();
+            even_mins[r] = odd_mins[r] = 0.0f;
+        }
+        int b = 0;
+        for (; b + 1 < nb; b += 2) {
+            block4(wb + b, q, sc, ROWS, b, nb, in, even, even_mins);
+            block4(wb + b + 1, q, sc, ROWS, b + 1, nb, in, odd, odd_mins);
+        }
+        if (b < nb) block4(wb + b, q, sc, ROWS, b, nb, in, even, even_mins);
+        for (int r = 0; r < ROWS; r++) {
+            const float v = hsum(_mm256_add_ps(even[r], odd[r])) + (even_mins[r] + odd_mins[r]);
             y[(size_t)r * out + o] = f32_to_bf16(v);
         }
     }
@@ -118,33 +124,39 @@ typedef struct {
     int8_t qs[QK];
 } block_q8_0;
 
+static inline __attribute__((always_inline)) void block8(
+    const block_q8_0 *blk, const int8_t *q, const scale_q8 *sc, const int ROWS, int b, int nb,
+    int in, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const float dw = _cvtsh_ss(blk->d);
+    const __m256i codes = _mm256_loadu_si256((const __m256i *)blk->qs);
+    /* maddubs wants one unsigned operand: |w| times x with w's sign */
+    const __m256i mag = _mm256_sign_epi8(codes, codes);
+    for (int r = 0; r < ROWS; r++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
+        const __m256i sums =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xq, codes)), ones);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * sc[(size_t)r * nb + b].d),
+                                 _mm256_cvtepi32_ps(sums), acc[r]);
+    }
+}
+
 static inline __attribute__((always_inline)) void dot_rows8(
     const block_q8_0 *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
     int lo, int hi, uint16_t *y) {
     const int nb = in / QK;
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int o = lo; o < hi; o++) {
         const block_q8_0 *wb = w + (size_t)o * nb;
-        __m256 acc[2][MAX_ROWS];
-        for (int k = 0; k < 2; k++)
-            for (int r = 0; r < ROWS; r++) acc[k][r] = _mm256_setzero_ps();
-        for (int b = 0; b < nb; b++) {
-            const int k = b & 1;
-            const float dw = _cvtsh_ss(wb[b].d);
-            const __m256i codes = _mm256_loadu_si256((const __m256i *)wb[b].qs);
-            /* maddubs wants one unsigned operand: |w| times x with w's sign */
-            const __m256i mag = _mm256_sign_epi8(codes, codes);
-            for (int r = 0; r < ROWS; r++) {
-                const __m256i xq =
-                    _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
-                const __m256i sums = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xq, codes)), ones);
-                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * sc[(size_t)r * nb + b].d),
-                                            _mm256_cvtepi32_ps(sums), acc[k][r]);
-            }
+        __m256 even[MAX_ROWS], odd[MAX_ROWS];
+        for (int r = 0; r < ROWS; r++) even[r] = odd[r] = _mm256_setzero_ps();
+        int b = 0;
+        for (; b + 1 < nb; b += 2) {
+            block8(wb + b, q, sc, ROWS, b, nb, in, even);
+            block8(wb + b + 1, q, sc, ROWS, b + 1, nb, in, odd);
         }
+        if (b < nb) block8(wb + b, q, sc, ROWS, b, nb, in, even);
         for (int r = 0; r < ROWS; r++)
-            y[(size_t)r * out + o] = f32_to_bf16(hsum(_mm256_add_ps(acc[0][r], acc[1][r])));
+            y[(size_t)r * out + o] = f32_to_bf16(hsum(_mm256_add_ps(even[r], odd[r])));
     }
 }
 

@@ -164,9 +164,10 @@ def mm8(blocks: torch.Tensor, x: torch.Tensor, out_features: int) -> torch.Tenso
 
 
 def _call(kernel: Any, blocks: torch.Tensor, x: torch.Tensor, out_features: int) -> torch.Tensor:
-    x = x.to(torch.bfloat16).contiguous()
+    if x.dtype != torch.bfloat16 or not x.is_contiguous():  # a step's 121 calls: no copy
+        x = x.to(torch.bfloat16).contiguous()
     rows, in_f = x.shape
-    y = torch.empty(rows, out_features, dtype=torch.bfloat16)
+    y = torch.empty((rows, out_features), dtype=torch.bfloat16)
     status = kernel(blocks.data_ptr(), x.data_ptr(), rows, in_f, out_features, y.data_ptr())
     if status:
         raise RuntimeError(f"the native kernel failed ({status}) on [{rows}, {in_f}]")

@@ -240,7 +240,7 @@ class Prefiller:
         # the last prompt token is always computed: its logits give the first reply token
         limit = len(tokens) - 1 if seq is not None else len(tokens)
         blocks = self.cache.lookup(tokens, limit, count) if self.cache is not None else []
-        kv, have = self._take_sealed(tokens, limit, asked=seq is not None)
+        kv, have = self._take_sealed(tokens, limit)
         if kv is None:
             kv = self._buffer(_whole_blocks(len(tokens) + room))
         for i in range(have // BLOCK, len(blocks)):
@@ -252,13 +252,11 @@ class Prefiller:
         _clear_tail(kv, job.done)
         return job
 
-    def _take_sealed(
-        self, tokens: list[int], limit: int, asked: bool = True
-    ) -> tuple[torch.Tensor | None, int]:
+    def _take_sealed(self, tokens: list[int], limit: int) -> tuple[torch.Tensor | None, int]:
         """The buffer of the last reply cached in the background, and how many tokens of it
         hold KV, for a prompt that continues it (the conversation's next turn: its history
-        is in place already) or that it holds all but the last token of (`asked`: a request's
-        prompt sent again, a regenerated reply: only that token is computed, where the
+        is in place already) or that it holds all but the last token of (a request's prompt
+        sent again, a regenerated reply: only that token is computed, where the
         cache's whole blocks left up to 16 to compute). Copying that history from the cache
         into a fresh buffer took 30-69 ms of a 4,000-token conversation's next turn (~23,000
         page faults of the new buffer) on a 2-core AMD EPYC, where the whole turn took
@@ -268,7 +266,8 @@ class Prefiller:
             return None, 0
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         shared = min(_common(tokens, sealed.tokens), limit)
-        again = asked and shared == limit == len(tokens) - 1
+        # a request's limit stops short of its last token (a background seal's does not)
+        again = shared == limit == len(tokens) - 1
         if not fits or not (again or _enough(shared, len(sealed.tokens))):
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past `shared`

@@ -169,9 +169,9 @@ def prepare_model(settings: Settings, progress: Progress = stderr_progress) -> L
     model, tok = load_folder(folder, settings.model_copy(update={"dtype": dtype}))
     weights = ""
     if dtype == "int4":
-        from inference.quant import dense_dtype
+        from inference.quant import dense_dtype, kernel_of
 
-        kernel = "our" if model.lm_head.blocks is not None else "torch's"
+        kernel = "our" if kernel_of(model) == "native" else "torch's"
         dense = str(dense_dtype(model)).removeprefix("torch.")
         weights = f"int4 weights through {kernel} 4-bit kernel, prefill in {dense}, "
     progress(f"loaded in {time.monotonic() - start:.1f}s ({weights}{model.dtype}, {model.device})")

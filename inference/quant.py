@@ -375,6 +375,11 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
     return torch.float32 if best[torch.bfloat16] > SLOWER * best[torch.float32] else torch.bfloat16
 
 
+def kernel_of(model: Any) -> str:
+    """The few-row kernel an int4 model's layers hold weights for: "native" or "torch"."""
+    return "native" if getattr(model.lm_head, "blocks", None) is not None else "torch"
+
+
 def choose_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
     """The few-row 4-bit kernel for `model` (before quantize_int4): "torch" or "native".
     auto times both on one row through the model's largest Linear of its layers and keeps

@@ -49,11 +49,11 @@ def loaded_model_other_kernel(loaded_model: Any) -> Any:
     that need the real model; skipped where the native one cannot be built."""
     from inference import q4mm
     from inference.model_store import prepare_model
+    from inference.quant import kernel_of
 
     if not q4mm.available():
         pytest.skip("the native 4-bit kernel cannot be built on this machine")
-    native = loaded_model.model.lm_head.blocks is not None
-    kernel = "torch" if native else "native"
+    kernel = "torch" if kernel_of(loaded_model.model) == "native" else "native"
     return prepare_model(Settings(model="", dtype="auto", device="cpu", int4_kernel=kernel))
 
 

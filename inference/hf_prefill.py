@@ -18,7 +18,7 @@ greedy replies are the same with the cache cold, warm or off, chunked or not.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
 import torch
@@ -43,6 +43,8 @@ KV_TOKEN_DIM = 3  # [layers, 2, kv_heads, tokens, head_dim]
 # tokens a finished reply's buffer has room for past it: a next turn's question and its chat
 # markup fit in place (~12 MB for the bundled model in bfloat16, paged in only where written)
 NEXT_TURN_ROOM = 512
+# prompts whose first reply token's logits are kept (Prefiller.first): ~100 KB each
+MAX_FIRST = 16
 # A chunk that will go through in stages (streams are decoding) is planned for this many
 # steps' budget. Planned for one, a chunk rounded up to its tile edge came out just over the
 # budget and went in two stages of half a step each: a 4,000-token paste took 32 steps of a
@@ -75,6 +77,12 @@ class Prefiller:
         self.seals: deque[PrefillJob] = deque()
         # the last of them cached, its buffer kept for the next turn (_take_sealed)
         self.sealed: PrefillJob | None = None
+        # The last-token logits of recent prompts (by their tokens). A prompt sent again (a
+        # regenerated reply, a client's retry) whose KV is all in the kept buffer then needs
+        # no pass at all: its last token alone took a pass over the float32 prefill weights,
+        # ~70 ms on a 2-core AMD EPYC. Every path gives these logits the same bits, so a
+        # kept copy is what computing them again would give.
+        self.first: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
         self.stages = StagedForward(model) if prefill_stages.supports(model) else None
         # key blocks whose narrow calls (inference/narrow.py) are not probed yet: a probe
         # deep in a prompt took up to 240-250 ms (depth 7,936 on a Zen 5), inside the step
@@ -105,6 +113,9 @@ class Prefiller:
         prompt's KV) and its last position's logits. Stages are for the decode steps of
         running streams between them: with none `decoding`, a chunk goes through whole."""
         jobs = [self.jobs.get(id(s)) or self._start(s) for s in seqs]
+        if known := {job: job.first for job in jobs if not job.remaining}:
+            # a prompt sent again, all of it in place with its logits: no pass to run
+            return self._completed(self._planned([(job, 0) for job in known]), known)
         if self.staged is not None and not any(self._live(job) for job, _ in self.staged.work):
             self.staged = None  # every prompt of it was cancelled
         if quick := self._quick(jobs, decoding):
@@ -166,14 +177,22 @@ class Prefiller:
     ) -> dict[int, tuple[PrefillJob, torch.Tensor]]:
         """A chunk went through: its prompts that are still wanted and complete, by id(seq)."""
         done = {job: logits for job, logits in done.items() if self._live(job)}
-        for job in done:
+        for job, logits in done.items():
             del self.jobs[id(job.seq)]
+            self._remember(job.tokens, logits)
         # every chunk's whole blocks go into the cache as it completes: a 4,000-token
         # prompt's 92 MB copied at its end held the running streams for its last step
         for job, _ in work:
             if job in done or self._live(job):
                 self._cache(job)
         return {id(job.seq): (job, logits) for job, logits in done.items()}
+
+    def _remember(self, tokens: list[int], logits: torch.Tensor) -> None:
+        key = tuple(tokens)
+        self.first[key] = logits.clone()  # not a view that holds the chunk's other rows
+        self.first.move_to_end(key)
+        while len(self.first) > MAX_FIRST:
+            self.first.popitem(last=False)
 
     def _live(self, job: PrefillJob) -> bool:
         return self.jobs.get(id(job.seq)) is job
@@ -222,6 +241,7 @@ class Prefiller:
         self.staged = None
         self.arrived.clear()
         self._keep(None)
+        self.first.clear()
         self.jobs.clear()
         self.seals.clear()
 
@@ -237,27 +257,32 @@ class Prefiller:
     def _job(self, tokens: list[int], seq: Any, count: bool, room: int = 0) -> PrefillJob:
         """A job for `tokens` on top of their longest cached prefix; `room`: tokens that a
         next turn may add in place (the last key block is whole in any case)."""
-        # the last prompt token is always computed: its logits give the first reply token
-        limit = len(tokens) - 1 if seq is not None else len(tokens)
+        # a prompt's last token is computed, for its logits (the first reply token), unless
+        # they are kept from an earlier request of the same prompt
+        first = self.first.get(tuple(tokens)) if seq is not None else None
+        limit = len(tokens) - 1 if seq is not None and first is None else len(tokens)
         blocks = self.cache.lookup(tokens, limit, count) if self.cache is not None else []
-        kv, have = self._take_sealed(tokens, limit)
+        kv, have = self._take_sealed(tokens, limit, again=seq is not None)
         if kv is None:
             kv = self._buffer(_whole_blocks(len(tokens) + room))
         for i in range(have // BLOCK, len(blocks)):
             kv[:, :, :, i * BLOCK : (i + 1) * BLOCK] = blocks[i]
-        job = PrefillJob(tokens, kv, seq=seq)
+        job = PrefillJob(tokens, kv, seq=seq, first=first)
         # what the buffer brought counts as cached: it is in the cache already (or was, and
         # was evicted since), so only the blocks computed from here on are inserted
         job.done = job.cached = max(have, len(blocks) * BLOCK)
         _clear_tail(kv, job.done)
         return job
 
-    def _take_sealed(self, tokens: list[int], limit: int) -> tuple[torch.Tensor | None, int]:
+    def _take_sealed(
+        self, tokens: list[int], limit: int, again: bool
+    ) -> tuple[torch.Tensor | None, int]:
         """The buffer of the last reply cached in the background, and how many tokens of it
         hold KV, for a prompt that continues it (the conversation's next turn: its history
         is in place already) or that it holds all but the last token of (a request's prompt
-        sent again, a regenerated reply: only that token is computed, where the
-        cache's whole blocks left up to 16 to compute). Copying that history from the cache
+        sent again, a regenerated reply: only that token is computed, or none where its
+        logits are kept, where the cache's whole blocks left up to 16 to compute; `again`:
+        a request, which may). Copying that history from the cache
         into a fresh buffer took 30-69 ms of a 4,000-token conversation's next turn (~23,000
         page faults of the new buffer) on a 2-core AMD EPYC, where the whole turn took
         ~200-290 ms."""
@@ -266,8 +291,7 @@ class Prefiller:
             return None, 0
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         shared = min(_common(tokens, sealed.tokens), limit)
-        # a request's limit stops short of its last token (a background seal's does not)
-        again = shared == limit == len(tokens) - 1
+        again = again and shared == limit > 0  # all of a request's prompt it may take
         if not fits or not (again or _enough(shared, len(sealed.tokens))):
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past `shared`

@@ -36,6 +36,8 @@ class PrefillJob:
     done: int = 0  # tokens whose KV is in `kv`
     cached: int = 0  # of those, how many came from the prefix cache
     seq: Any = None
+    # a prompt sent before: its last token's logits, kept from then (Prefiller.first)
+    first: torch.Tensor | None = None
 
     @property
     def remaining(self) -> int:

@@ -279,13 +279,12 @@ class Prefiller:
     ) -> tuple[torch.Tensor | None, int]:
         """The buffer of the last reply cached in the background, and how many tokens of it
         hold KV, for a prompt that continues it (the conversation's next turn: its history
-        is in place already) or that it holds all but the last token of (a request's prompt
-        sent again, a regenerated reply: only that token is computed, or none where its
-        logits are kept, where the cache's whole blocks left up to 16 to compute; `again`:
-        a request, which may). Copying that history from the cache
-        into a fresh buffer took 30-69 ms of a 4,000-token conversation's next turn (~23,000
-        page faults of the new buffer) on a 2-core AMD EPYC, where the whole turn took
-        ~200-290 ms."""
+        is in place already) or, for a request (`again`), that it holds up to the request's
+        `limit` (its prompt sent again, a regenerated reply: nothing is left to compute where
+        the first reply token's logits are kept, else only the last token, where the cache's
+        whole blocks left up to 16). Copying that history from the cache into a fresh buffer
+        took 30-69 ms of a 4,000-token conversation's next turn (~23,000 page faults of the
+        new buffer) on a 2-core AMD EPYC, where the whole turn took ~200-290 ms."""
         sealed = self.sealed
         if sealed is None:
             return None, 0

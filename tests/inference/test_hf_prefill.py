@@ -371,7 +371,7 @@ def test_a_prompt_sent_again_in_the_kept_buffer_computes_at_most_its_last_token(
     _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)
 
 
-def test_only_the_last_prompts_logits_are_kept(loaded_model: Any) -> None:
+def test_only_the_most_recent_prompts_logits_are_kept(loaded_model: Any) -> None:
     from inference import hf_prefill
 
     tok = loaded_model.tokenizer

@@ -189,8 +189,10 @@ class Prefiller:
 
     def _remember(self, tokens: list[int], logits: torch.Tensor) -> None:
         key = tuple(tokens)
+        if key in self.first:  # a prompt served from them: the same logits, kept already
+            self.first.move_to_end(key)
+            return
         self.first[key] = logits.clone()  # not a view that holds the chunk's other rows
-        self.first.move_to_end(key)
         while len(self.first) > MAX_FIRST:
             self.first.popitem(last=False)
 
@@ -262,7 +264,7 @@ class Prefiller:
         first = self.first.get(tuple(tokens)) if seq is not None else None
         limit = len(tokens) - 1 if seq is not None and first is None else len(tokens)
         blocks = self.cache.lookup(tokens, limit, count) if self.cache is not None else []
-        kv, have = self._take_sealed(tokens, limit, again=seq is not None)
+        kv, have = self._take_sealed(tokens, limit, request=seq is not None)
         if kv is None:
             kv = self._buffer(_whole_blocks(len(tokens) + room))
         for i in range(have // BLOCK, len(blocks)):
@@ -275,11 +277,11 @@ class Prefiller:
         return job
 
     def _take_sealed(
-        self, tokens: list[int], limit: int, again: bool
+        self, tokens: list[int], limit: int, request: bool
     ) -> tuple[torch.Tensor | None, int]:
         """The buffer of the last reply cached in the background, and how many tokens of it
         hold KV, for a prompt that continues it (the conversation's next turn: its history
-        is in place already) or, for a request (`again`), that it holds up to the request's
+        is in place already) or, for a `request`, that it holds up to the request's
         `limit` (its prompt sent again, a regenerated reply: nothing is left to compute where
         the first reply token's logits are kept, else only the last token, where the cache's
         whole blocks left up to 16). Copying that history from the cache into a fresh buffer
@@ -290,7 +292,7 @@ class Prefiller:
             return None, 0
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         shared = min(_common(tokens, sealed.tokens), limit)
-        again = again and shared == limit > 0  # all of a request's prompt it may take
+        again = request and shared == limit > 0  # all of a request's prompt it may take
         if not fits or not (again or _enough(shared, len(sealed.tokens))):
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past `shared`

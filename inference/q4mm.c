@@ -48,6 +48,20 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
+/* Sum of each 4 adjacent products of unsigned bytes u and signed bytes s, as int32. With
+ * VNNI one instruction does it; without, two, whose int16 middle step cannot saturate here
+ * (|u| <= 128, |s| <= 127: a pair sums to at most 32,512), so both give the same sums and a
+ * reply does not depend on which CPU family built the kernel. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
 /* One row of `in` bfloat16 values -> int8 codes and a scale (and code sum) per block. */
 static void quantize_row(const uint16_t *x, int in, int8_t *q, scale_q8 *sc) {
     for (int b = 0; b < in / QK; b++) {
@@ -76,7 +90,6 @@ static inline __attribute__((always_inline)) void block4(
     const block_q4_1 *blk, const int8_t *q, const scale_q8 *sc, const int ROWS, int b, int nb,
     int in, __m256 *acc, float *mins) {
     const __m256i low_mask = _mm256_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1);
     const float dw = _cvtsh_ss(blk->d), mw = _cvtsh_ss(blk->m);
     const __m128i raw = _mm_loadu_si128((const __m128i *)blk->qs);
     const __m256i codes =
@@ -84,7 +97,7 @@ static inline __attribute__((always_inline)) void block4(
     for (int r = 0; r < ROWS; r++) {
         const scale_q8 s = sc[(size_t)r * nb + b];
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
-        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
+        const __m256i sums = dot_u8s8(codes, xq);
         acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * s.d), _mm256_cvtepi32_ps(sums), acc[r]);
         mins[r] += mw * s.s;
     }
@@ -127,15 +140,13 @@ typedef struct {
 static inline __attribute__((always_inline)) void block8(
     const block_q8_0 *blk, const int8_t *q, const scale_q8 *sc, const int ROWS, int b, int nb,
     int in, __m256 *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const float dw = _cvtsh_ss(blk->d);
     const __m256i codes = _mm256_loadu_si256((const __m256i *)blk->qs);
     /* maddubs wants one unsigned operand: |w| times x with w's sign */
     const __m256i mag = _mm256_sign_epi8(codes, codes);
     for (int r = 0; r < ROWS; r++) {
         const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
-        const __m256i sums =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xq, codes)), ones);
+        const __m256i sums = dot_u8s8(mag, _mm256_sign_epi8(xq, codes));
         acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * sc[(size_t)r * nb + b].d),
                                  _mm256_cvtepi32_ps(sums), acc[r]);
     }

@@ -4,8 +4,9 @@ torch's int4 CPU kernel converts every 4-bit code to float before multiplying: o
 without AVX-512 (a Zen 3) that made it compute-bound at ~4 GB/s, and one stream decoded at
 0.41-0.60x llama.cpp's speed. q4mm.c does what llama.cpp does for the same GGUF blocks (Q4_1):
 each activation row is quantized to int8 in blocks of 32 and a block's dot product is integer
-multiply-adds (AVX2). Its weights are the GGUF's own blocks: a float16 scale and offset per 32
-codes.
+multiply-adds (AVX2; with VNNI, as on a Zen 4, one instruction where AVX2 takes two, giving
+the same sums: 5-13% less time per call there). Its weights are the GGUF's own blocks: a
+float16 scale and offset per 32 codes.
 
 It is built with the system's C compiler (`cc -O3 -march=native -fopenmp`) into a cache
 folder keyed by the source, the compiler and this CPU's flags; where that fails (no compiler,

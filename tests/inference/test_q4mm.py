@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import subprocess
 import time
 
 import pytest
@@ -86,6 +88,39 @@ def test_a_rows_bits_depend_neither_on_the_rows_beside_it_nor_on_the_threads(bit
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(alone, together)
+
+
+def _has_vnni() -> bool:
+    flags = q4mm._cpu_flags().split()
+    return "avx_vnni" in flags or {"avx512_vnni", "avx512vl"} <= set(flags)
+
+
+def _build_without_vnni(tmp_path) -> ctypes.CDLL:
+    target = tmp_path / "q4mm-plain.so"
+    flags = [*q4mm.FLAGS, "-mno-avx512vnni", "-mno-avxvnni"]
+    subprocess.run(["cc", *flags, "-o", str(target), str(q4mm.SOURCE)], check=True)
+    lib = ctypes.CDLL(str(target))
+    for fn in (lib.q4mm, lib.q8mm):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    return lib
+
+
+@needs_native
+@pytest.mark.skipif(not _has_vnni(), reason="this CPU has no VNNI instructions")
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_vnni_build_gives_the_plain_avx2_builds_bits(tmp_path, bits: int) -> None:
+    """A reply must not depend on which CPU family compiled the kernel: VNNI's one-instruction
+    dot product and AVX2's two-instruction one give the same sums, even at the largest codes
+    and activations (every activation rounds to +-127)."""
+    torch.manual_seed(6)
+    w = torch.randn(160, 576)
+    w[:, ::7] *= 40  # groups whose codes reach both ends
+    blocks, name = (q4mm.pack(w), "q4mm") if bits == 4 else (q4mm.pack8(w), "q8mm")
+    x = torch.sign(torch.randn(FEW_ROWS + 1, 576)).to(torch.bfloat16)
+    x[1] = torch.randn(576).to(torch.bfloat16)
+    plain = _build_without_vnni(tmp_path)
+    got = q4mm._call(getattr(q4mm.library(), name), blocks, x, 160)
+    assert torch.equal(got, q4mm._call(getattr(plain, name), blocks, x, 160))
 
 
 @needs_native

@@ -10,7 +10,9 @@ offsets, the int8 LM head with its scales, the norms, the KV at the mean context
 llama-cpp-python on the same GGUF (its tensors as stored, its f16 KV), and runs one stream
 through each server in interleaved rounds. Per server it prints tokens/s (end to end, as
 bench.inference counts them), decode tokens/s (after the first token), bytes per token, the
-limit in tokens/s and the fraction of it reached. bench/README.md keeps the figures.
+limit in tokens/s and the fraction of it reached. `--kernels auto,native,torch` runs our
+server once per 4-bit kernel (INT4_KERNEL) in the same rounds. bench/README.md keeps the
+figures.
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
     ap.add_argument("--mb", type=int, default=1024, help="MiB summed to measure bandwidth")
     ap.add_argument(
+        "--kernels",
+        default="auto",
+        help="our server once per INT4_KERNEL value, comma-separated (auto,native,torch): "
+        "which 4-bit kernel decodes faster here, side by side",
+    )
+    ap.add_argument(
         "--llama-python",
         default="",
         help="a python with llama-cpp-python[server]: adds its server on the same GGUF",
@@ -114,14 +122,27 @@ def main() -> None:
     from bench.inference import llama_server_cmd, our_server_cmd
 
     args = parse_args()
-    loaded = prepare_model(Settings(model="", dtype="auto", device="cpu"), lambda _: None)
-    prompt = loaded.tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True, tokenize=True
-    )
-    prompt_tokens = len(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-    context = prompt_tokens + args.tokens // 2  # the KV a step reads, on average
-    sizes = {"ours": our_bytes(loaded.model, context)}
-    servers = {"ours": our_server_cmd("auto", 1)}
+    sizes: dict[str, dict[str, int]] = {}
+    servers: dict[str, tuple[list[str], str]] = {}
+    for kernel in args.kernels.split(","):
+        # each kernel keeps its own layout (torch's LM head: int8 rows; ours: Q8_0 blocks)
+        loaded = prepare_model(
+            Settings(model="", dtype="auto", device="cpu", int4_kernel=kernel), lambda _: None
+        )
+        prompt = loaded.tokenizer.apply_chat_template(
+            [{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True, tokenize=True
+        )
+        prompt_tokens = len(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        context = prompt_tokens + args.tokens // 2  # the KV a step reads, on average
+        name = "ours" if kernel == "auto" else f"ours, {kernel}"
+        sizes[name] = our_bytes(loaded.model, context)
+        cmd, ready = our_server_cmd("auto", 1)
+        servers[name] = ([*cmd, "--int4-kernel", kernel], ready)
+        if kernel == "auto":
+            print(
+                f"INT4_KERNEL=auto chose, in this process, {quant.kernel_of(loaded.model)} "
+                f"for the layers and {quant.head_kernel_of(loaded.model)} for the LM head"
+            )
     if args.llama_python:
         sizes["llama-cpp-python"] = gguf_bytes(str(bundled_gguf()), loaded.model.config, context)
         servers["llama-cpp-python"] = llama_server_cmd(args.llama_python)
@@ -140,7 +161,8 @@ def main() -> None:
 def measure(
     servers: dict[str, tuple[list[str], str]], rounds: int, tokens: int
 ) -> dict[str, list[Result]]:
-    """One stream through each server in turn, `rounds` times (after one warm-up each)."""
+    """One stream through each server in turn, `rounds` times (after one warm-up each), the
+    order rotated every round."""
     results: dict[str, list[Result]] = {name: [] for name in servers}
     with contextlib.ExitStack() as stack:
         urls = {
@@ -153,9 +175,12 @@ def measure(
         # what a server does once after it starts (ours probes its prefill calls while idle,
         # ~4.5 s of work on a 2-core Zen 3) is not part of a stream's steady state
         wait_for_quiet()
-        for _ in range(rounds):
-            for name, url in live.items():
-                results[name].append(asyncio.run(run_http(url, 1, tokens, {})))
+        names = list(live)
+        for r in range(rounds):
+            # each server first in turn: in a fixed order two servers of the same settings
+            # were measured 71 and 62 tokens/s, by their places in the round
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                results[name].append(asyncio.run(run_http(live[name], 1, tokens, {})))
     return results
 
 
@@ -188,8 +213,9 @@ def report(
             f"{name:<18} {rate:>7.1f} {decode:>7.1f} {ttft:>8.0f} {per_token / MB:>8.2f} "
             f"{limit:>7.0f} {decode / limit:>8.2f}"
         )
-    if len(medians) == 2:
-        print(f"ours / llama-cpp-python: {medians['ours'] / medians['llama-cpp-python']:.2f}x")
+    for name in medians:
+        if name.startswith("ours") and "llama-cpp-python" in medians:
+            print(f"{name} / llama-cpp-python: {medians[name] / medians['llama-cpp-python']:.2f}x")
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
 
 

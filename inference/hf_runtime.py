@@ -63,7 +63,8 @@ def load_folder(folder: str, settings: Settings) -> tuple[Any, Any]:
         from inference import quant
 
         kernel = quant.choose_kernel(model, settings.int4_kernel)
-        model = quant.quantize_int4(model, kernel=kernel)
+        head = quant.choose_head_kernel(model, settings.int4_kernel)
+        model = quant.quantize_int4(model, kernel=kernel, head_kernel=head)
         prefill = settings.prefill_dtype
         dense = quant.faster_dense_dtype(model) if prefill == "auto" else getattr(torch, prefill)
         quant.set_dense_dtype(model, dense)

@@ -169,11 +169,16 @@ def prepare_model(settings: Settings, progress: Progress = stderr_progress) -> L
     model, tok = load_folder(folder, settings.model_copy(update={"dtype": dtype}))
     weights = ""
     if dtype == "int4":
-        from inference.quant import dense_dtype, kernel_of
+        from inference.quant import dense_dtype, head_kernel_of, kernel_of
 
-        kernel = "our" if kernel_of(model) == "native" else "torch's"
+        kernel, head = (
+            "our" if of(model) == "native" else "torch's" for of in (kernel_of, head_kernel_of)
+        )
         dense = str(dense_dtype(model)).removeprefix("torch.")
-        weights = f"int4 weights through {kernel} 4-bit kernel, prefill in {dense}, "
+        weights = (
+            f"int4 weights through {kernel} 4-bit kernel, the LM head through {head} 8-bit "
+            f"kernel, prefill in {dense}, "
+        )
     progress(f"loaded in {time.monotonic() - start:.1f}s ({weights}{model.dtype}, {model.device})")
     return LoadedModel(
         model, tok, folder, dtype if dtype != "auto" else str(model.dtype).removeprefix("torch.")

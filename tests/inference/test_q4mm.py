@@ -196,6 +196,44 @@ def test_auto_keeps_the_kernel_that_multiplied_one_row_faster(monkeypatch, faste
 
 
 @needs_native
+@pytest.mark.parametrize("faster", ["torch", "native"])
+def test_auto_keeps_the_head_kernel_that_multiplied_one_row_faster_apart_from_the_layers(
+    monkeypatch, faster: str
+) -> None:
+    def timed(real):
+        def forward(self, x):
+            if (self.blocks is None) == (faster == "native"):  # the slower kernel's head
+                time.sleep(0.002)
+            return real(self, x)
+
+        return forward
+
+    monkeypatch.setattr(Int8Linear, "forward", timed(Int8Linear.forward))
+    assert quant.choose_head_kernel(_tiny_model(), "auto", rounds=2) == faster
+    assert quant.choose_head_kernel(_tiny_model(), "torch") == "torch"
+    assert quant.choose_head_kernel(_tiny_model(), "native") == "native"
+
+
+def test_the_torch_head_is_kept_where_the_native_kernel_cannot_be_built(monkeypatch) -> None:
+    monkeypatch.setattr(q4mm, "available", lambda: False)
+    assert quant.choose_head_kernel(_tiny_model(), "auto") == "torch"
+    with pytest.raises(ValueError, match="INT4_KERNEL=native"):
+        quant.choose_head_kernel(_tiny_model(), "native")
+
+
+@needs_native
+@pytest.mark.parametrize("layers,head", [("torch", "native"), ("native", "torch")])
+def test_the_layers_and_the_head_may_use_different_kernels(layers: str, head: str) -> None:
+    model = quant.quantize_int4(_tiny_model(), kernel=layers, head_kernel=head)
+    assert quant.kernel_of(model) == layers and quant.head_kernel_of(model) == head
+    assert (model.model.layers[0].mlp.down_proj.blocks is not None) == (layers == "native")
+    assert (model.lm_head.blocks is not None) == (head == "native")
+    x = torch.randn(1, 2, 64, dtype=torch.bfloat16)
+    want = x.float() @ model.lm_head.weight.float().T
+    assert (model.lm_head(x).float() - want).abs().max() <= 0.03 * want.abs().max()
+
+
+@needs_native
 def test_quantizing_with_the_native_kernel_gives_every_layer_and_the_head_its_blocks() -> None:
     model = quant.quantize_int4(_tiny_model(), kernel="native")
     assert model.model.layers[0].mlp.down_proj.blocks is not None

@@ -68,8 +68,8 @@ class Settings(BaseSettings):
         description="DTYPE=int4 only: the 4-bit kernel of decode steps. native: our own "
         "(inference/q4mm.c, built for this CPU with the C compiler at first use, llama.cpp's "
         "arithmetic: int8 activations times the GGUF's 4-bit blocks); torch: torch's int4 "
-        "kernel; auto: whichever multiplied one row faster at load (native where it cannot "
-        "be built: torch).",
+        "kernel; auto: whichever multiplied one row faster at load, for the layers and for the "
+        "LM head apart (where native cannot be built: torch).",
     )
     max_batch: int = Field(8, ge=1, description="Most sequences decoded together (running).")
     max_queue: int = Field(

@@ -18,8 +18,9 @@ from typing import Any
 
 import inference.quant as quant
 from bench.measure import PROMPTS
+from inference.chat_encoder import encode_chat
 from inference.engine import Message
-from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
+from inference.hf_engine import TransformersBackend, eos_ids
 from inference.model_store import LoadedModel, prepare_model
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence

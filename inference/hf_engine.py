@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from inference.batch import BatchState, GrowingLayer
+from inference.chat_encoder import ChatEncoder
 from inference.decode_step import DecodeStep, supports
 from inference.engine import Engine, Message
 from inference.hf_prefill import Prefiller
@@ -150,15 +151,6 @@ class TransformersBackend:
         self.prefiller.reset()
 
 
-def encode_chat(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """The prompt tokens of a chat, through the model's chat template."""
-    chat = [{"role": m.role, "content": m.content} for m in messages]
-    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
-        ids = ids["input_ids"]
-    return list(ids)
-
-
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     """Every token that ends a reply: the model's and tokenizer's EOS, and ChatML's end of turn."""
     ids: set[int] = set()
@@ -179,12 +171,14 @@ class TransformersEngine(Engine):
         self.model: Any = None
         self.tokenizer: Any = None
         self.token_bytes: TokenBytes | None = None  # shared by every request's detokenizer
+        self.encoder: ChatEncoder | None = None
         self._preloaded = loaded
 
     def _load(self) -> None:
         loaded = self._preloaded or prepare_model(self.settings, stderr_progress)
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.token_bytes = TokenBytes(self.tokenizer)
+        self.encoder = ChatEncoder(self.tokenizer)
         self.vocab_size = int(self.model.config.vocab_size)
         native = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.context_length = min(self.settings.context_length or native, native)
@@ -205,7 +199,7 @@ class TransformersEngine(Engine):
         return backend.prefiller.stats if isinstance(backend, TransformersBackend) else None
 
     def _encode(self, messages: list[Message]) -> tuple[list[int], None]:
-        return encode_chat(self.tokenizer, messages), None
+        return self.encoder.encode(messages), None
 
     def _detokenizer(self, payload: None) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self.tokenizer, self.token_bytes)

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from inference.chat_encoder import encode_chat
 from inference.engine import Message
-from inference.hf_engine import TransformersBackend, encode_chat, eos_ids
+from inference.hf_engine import TransformersBackend, eos_ids
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence
 from inference.textstream import IncrementalDetokenizer

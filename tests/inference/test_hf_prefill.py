@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import torch
 
+from inference.chat_encoder import encode_chat
 from inference.engine import Message
-from inference.hf_engine import TransformersEngine, encode_chat
+from inference.hf_engine import TransformersEngine
 from inference.hf_prefill import KV_TOKEN_DIM, Prefiller
 from inference.prefill import OVERSHOOT
 from inference.prefill_attention import ATTN_BLOCK

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from inference import hf_prefill
+from inference.chat_encoder import encode_chat
 from inference.engine import Message
-from inference.hf_engine import encode_chat
 from inference.hf_prefill import Prefiller
 from inference.prefill_stages import supports
 

@@ -110,8 +110,8 @@ def bare_sequence(prompt: Ids[int], generated: Ids[int] = (), **params: Any) -> 
 def greedy_sequence(loaded: Any, prompt: str, tokens: int) -> Sequence:
     """One user message as the real model's backend takes it: exactly `tokens` greedy tokens
     (no end at EOS), its text detokenized, driven by the test rather than a scheduler."""
+    from inference.chat_encoder import encode_chat
     from inference.engine import Message
-    from inference.hf_engine import encode_chat
     from inference.textstream import IncrementalDetokenizer
 
     return Sequence(

@@ -409,7 +409,7 @@ def choose_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
 
 def choose_head_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
     """The LM head's few-row 8-bit kernel, chosen apart from the layers' (choose_kernel): on
-    a Zen 4 torch's 4-bit layers and q4mm's are as fast as each other, but its Q8_0 head
+    a Zen 4 torch's 4-bit layers and q4mm's are as fast as each other, but q4mm's Q8_0 head
     multiplied one row in 0.56 ms where torch's int8 kernel took 1.52 (and 4 rows in 1.4
     against 3.0), a tenth of a decode step."""
     if not _native_allowed(setting):
@@ -440,7 +440,8 @@ def _native_allowed(setting: str) -> bool:
 
 
 def _faster(layers: dict[str, nn.Module], in_features: int, rounds: int) -> str:
-    """ "native" or "torch": the key of `layers` whose one-row call was faster (best times)."""
+    """The key of `layers` ("native" or "torch") whose one-row call was faster (best of
+    `rounds`)."""
     x = torch.randn(1, 1, in_features, dtype=torch.bfloat16)
     best = dict.fromkeys(layers, float("inf"))
     with torch.inference_mode():

@@ -407,6 +407,9 @@ def choose_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
     return _faster(layers, largest.in_features, rounds)
 
 
+HEAD_PROBE_ROWS = 8192  # of the LM head, timed by choose_head_kernel
+
+
 def choose_head_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> str:
     """The LM head's few-row 8-bit kernel, chosen apart from the layers' (choose_kernel): on
     a Zen 4 torch's 4-bit layers and q4mm's are as fast as each other, but q4mm's Q8_0 head
@@ -419,7 +422,9 @@ def choose_head_kernel(model: Any, setting: str = "auto", rounds: int = 7) -> st
         return "native"
     if head.in_features % q4mm.QK:  # not in Q8_0 blocks: torch's either way
         return "torch"
-    weight = head.weight.detach().to(torch.bfloat16)
+    # the first rows only: both kernels take time in proportion to the rows, and building
+    # the whole head twice more added ~0.9 s to every start (49,152 x 576)
+    weight = head.weight.detach()[:HEAD_PROBE_ROWS].to(torch.bfloat16)
     heads = {k: Int8Linear(weight, kernel=k) for k in ("torch", "native")}
     return _faster(heads, head.in_features, rounds)
 

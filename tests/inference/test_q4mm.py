@@ -179,18 +179,22 @@ def test_the_torch_kernel_is_kept_where_the_native_one_cannot_be_built(monkeypat
         quant.choose_kernel(_tiny_model(), "native")
 
 
+def _slow_down_all_but(monkeypatch, layer_class: type, faster: str) -> None:
+    """Makes `layer_class`'s calls through the other kernel than `faster` 2 ms slower."""
+    real = layer_class.forward
+
+    def forward(self, x):
+        if (self.blocks is None) == (faster == "native"):  # the slower kernel's layer
+            time.sleep(0.002)
+        return real(self, x)
+
+    monkeypatch.setattr(layer_class, "forward", forward)
+
+
 @needs_native
 @pytest.mark.parametrize("faster", ["torch", "native"])
 def test_auto_keeps_the_kernel_that_multiplied_one_row_faster(monkeypatch, faster: str) -> None:
-    def timed(real):
-        def forward(self, x):
-            if (self.blocks is None) == (faster == "native"):  # the slower kernel's layer
-                time.sleep(0.002)
-            return real(self, x)
-
-        return forward
-
-    monkeypatch.setattr(Int4Linear, "forward", timed(Int4Linear.forward))
+    _slow_down_all_but(monkeypatch, Int4Linear, faster)
     assert quant.choose_kernel(_tiny_model(), "auto", rounds=2) == faster
     assert quant.choose_kernel(_tiny_model(), "torch") == "torch"
 
@@ -200,15 +204,7 @@ def test_auto_keeps_the_kernel_that_multiplied_one_row_faster(monkeypatch, faste
 def test_auto_keeps_the_head_kernel_that_multiplied_one_row_faster_apart_from_the_layers(
     monkeypatch, faster: str
 ) -> None:
-    def timed(real):
-        def forward(self, x):
-            if (self.blocks is None) == (faster == "native"):  # the slower kernel's head
-                time.sleep(0.002)
-            return real(self, x)
-
-        return forward
-
-    monkeypatch.setattr(Int8Linear, "forward", timed(Int8Linear.forward))
+    _slow_down_all_but(monkeypatch, Int8Linear, faster)
     assert quant.choose_head_kernel(_tiny_model(), "auto", rounds=2) == faster
     assert quant.choose_head_kernel(_tiny_model(), "torch") == "torch"
     assert quant.choose_head_kernel(_tiny_model(), "native") == "native"

@@ -29,6 +29,8 @@ import torch
 from bench.inference import run_http, server_process
 from bench.measure import PROMPTS, Result, wait_for_quiet
 from inference import q4mm, quant
+from inference.chat_encoder import encode_chat
+from inference.engine import Message
 from inference.model_store import bundled_gguf, prepare_model
 from inference.settings import Settings
 
@@ -129,10 +131,7 @@ def main() -> None:
         loaded = prepare_model(
             Settings(model="", dtype="auto", device="cpu", int4_kernel=kernel), lambda _: None
         )
-        prompt = loaded.tokenizer.apply_chat_template(
-            [{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True, tokenize=True
-        )
-        prompt_tokens = len(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+        prompt_tokens = len(encode_chat(loaded.tokenizer, [Message("user", PROMPTS[0])]))
         context = prompt_tokens + args.tokens // 2  # the KV a step reads, on average
         name = "ours" if kernel == "auto" else f"ours, {kernel}"
         sizes[name] = our_bytes(loaded.model, context)

@@ -87,8 +87,9 @@ class ChatEncoder:
                 self._recent.clear()
 
     def _render(self, messages: list[Message]) -> str:
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        return self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer.apply_chat_template(
+            _chat(messages), add_generation_prompt=True, tokenize=False
+        )
 
     def _tokens(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
@@ -108,8 +109,11 @@ def _added_tokens(tokenizer: Any) -> dict[str, int]:
 
 def encode_chat(tokenizer: Any, messages: list[Message]) -> list[int]:
     """The prompt tokens of a chat, through the model's chat template."""
-    chat = [{"role": m.role, "content": m.content} for m in messages]
-    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(_chat(messages), add_generation_prompt=True, tokenize=True)
     if hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
         ids = ids["input_ids"]
     return list(ids)
+
+
+def _chat(messages: list[Message]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]

@@ -15,7 +15,9 @@ each in interleaved rounds (medians):
    The largest gap between two tokens of the 4 streams while it is prefilled (their median
    gap beforehand for scale), and its own TTFT, chunked vs unchunked; and the TTFT of
    another user's short question asked --question-after seconds into the paste (a short
-   prompt should not wait for a long one).
+   prompt should not wait for a long one). For our servers, where the model's time went
+   from the paste's arrival to its first token (/metrics' step times): its prefill steps
+   against the streams' decode steps between them.
 
 All requests are greedy. Before each measurement the benchmark waits for the machine to be
 quiet, so no server's leftover work (our cache filling in the background, llama.cpp finishing
@@ -101,6 +103,59 @@ async def stream(
     return out
 
 
+STEP_METRIC = "inference_model_step"
+
+
+async def model_steps(client: httpx.AsyncClient, url: str) -> dict[str, tuple[float, int]] | None:
+    """The server's model time and steps by kind ({kind: (seconds, steps)}) from its
+    /metrics, or None where it has none (llama-cpp-python, an older tree)."""
+    try:
+        r = await client.get(f"{url}/metrics")
+    except httpx.HTTPError:
+        return None
+    return parse_model_steps(r.text) if r.status_code == 200 else None
+
+
+def parse_model_steps(text: str) -> dict[str, tuple[float, int]] | None:
+    seconds: dict[str, float] = {}
+    steps: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith(STEP_METRIC) or '{kind="' not in line:
+            continue
+        name, rest = line.split("{", 1)
+        kind, value = rest.split('"')[1], float(rest.rsplit(" ", 1)[1])
+        if name == f"{STEP_METRIC}_seconds_total":
+            seconds[kind] = value
+        elif name == f"{STEP_METRIC}s_total":
+            steps[kind] = int(value)
+    if not seconds:
+        return None
+    return {kind: (seconds[kind], steps.get(kind, 0)) for kind in seconds}
+
+
+def steps_between(
+    before: dict[str, tuple[float, int]] | None, after: dict[str, tuple[float, int]] | None
+) -> dict[str, tuple[float, int]] | None:
+    if before is None or after is None:
+        return None
+    return {
+        kind: (after[kind][0] - before[kind][0], after[kind][1] - before[kind][1])
+        for kind in after
+        if kind in before
+    }
+
+
+async def steps_until_first_token(
+    client: httpx.AsyncClient, url: str, out: dict[str, Any], before: Any
+) -> dict[str, tuple[float, int]] | None:
+    """The model's steps from `before` until the stream filling `out` has its first token."""
+    if before is None:
+        return None
+    while not out.get("times") and not out.get("ended"):
+        await asyncio.sleep(0.005)
+    return steps_between(before, await model_steps(client, url))
+
+
 def ttft(s: dict[str, Any]) -> float:
     return s["times"][0] - s["start"] if s["times"] else float("nan")
 
@@ -146,12 +201,19 @@ async def paste_while_streaming(
         deadline = time.monotonic() + 60
         while any(len(p["times"]) < 3 for p in progress) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        paste = asyncio.create_task(stream(client, url, conversation(tokens), 4))
+        before = await model_steps(client, url)
+        pasted: dict[str, Any] = {}
+        paste = asyncio.create_task(stream(client, url, conversation(tokens), 4, out=pasted))
+        spent = asyncio.create_task(steps_until_first_token(client, url, pasted, before))
         question = {"start": math.inf, "times": []}
         if question_after > 0:  # another user's, while the paste is being prefilled
             await asyncio.sleep(question_after)
             question = await stream(client, url, [{"role": "user", "content": QUESTION}], 4)
-        long_ = await paste
+        try:
+            long_ = await paste
+        finally:
+            pasted["ended"] = True
+        steps = await spent
         await asyncio.sleep(0.5)
         stop.set()
         streams = await asyncio.gather(*runners)
@@ -170,6 +232,7 @@ async def paste_while_streaming(
         # nan where the paste's first token came first (the question did not overlap it)
         "question_ttft": ttft(question) if question["start"] < window[1] else float("nan"),
         "streaming": sum(1 for s in streams if s["times"] and s["times"][0] < window[0]),
+        "steps": steps,
     }
 
 
@@ -340,6 +403,7 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
         questions = ", ".join(f"{r['question_ttft']:.2f}" for r in rows)
         print(f"  {label}: max gap {gaps} ms, paste {pastes} s, question {questions} s")
     print(f"  (question: {QUESTION!r}, asked {args.question_after:g} s into the paste)")
+    report_steps(runs)
     chunked, whole = runs.get("ours, chunked"), runs.get("ours, unchunked")
     if chunked and whole:
         print(
@@ -347,6 +411,20 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
             f"{med([r['max_gap'] for r in whole]) * 1000:.0f} ms); paste TTFT chunked/unchunked <= 1.3x: "
             f"{med([r['ttft'] for r in chunked]) / med([r['ttft'] for r in whole]):.2f}x"
         )
+
+
+def report_steps(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """Where each of our servers' model time went until the paste's first token."""
+    for label, rows in runs.items():
+        spent = [r["steps"] for r in rows if r.get("steps")]
+        if not spent:
+            continue
+        parts = []
+        for kind in ("prefill", "decode"):
+            seconds, count = med([s[kind][0] for s in spent]), med([s[kind][1] for s in spent])
+            each = f", {seconds / count * 1000:.0f} ms each" if count else ""
+            parts.append(f"{kind} {seconds:.2f} s in {count:.0f} steps{each}")
+        print(f"  {label}, the model until the paste's first token (medians): {'; '.join(parts)}")
 
 
 def main() -> None:

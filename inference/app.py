@@ -65,7 +65,9 @@ def _error_response(err: ApiError) -> JSONResponse:
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = engine or create_engine(settings)
-    metrics = Metrics(lambda: engine.running, lambda: engine.waiting, engine.cache_stats)
+    metrics = Metrics(
+        lambda: engine.running, lambda: engine.waiting, engine.cache_stats, engine.step_times
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.sampling_params import SamplingParams
-from inference.scheduler import ErrorEvent, Event, FinishEvent, Scheduler, Sequence
+from inference.scheduler import ErrorEvent, Event, FinishEvent, Scheduler, Sequence, StepTimes
 from inference.settings import Settings
 
 log = logging.getLogger("inference.engine")
@@ -189,6 +189,10 @@ class Engine:
     @property
     def waiting(self) -> int:
         return self.scheduler.waiting if self.scheduler else 0
+
+    def step_times(self) -> StepTimes:
+        """The model thread's time by kind of step (zeros before it starts)."""
+        return self.scheduler.times if self.scheduler else StepTimes()
 
     def submit(self, messages: list[Message], params: SamplingParams) -> Generation:
         """Queues a generation. Raises NotReady, QueueFull, ContextLengthExceeded or InvalidParams."""

@@ -17,6 +17,7 @@ class Metrics:
         running: Callable[[], int],
         waiting: Callable[[], int],
         cache_stats: Callable[[], Any] = lambda: None,
+        step_times: Callable[[], Any] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -43,6 +44,7 @@ class Metrics:
             lambda: float(waiting())
         )
         r.register(PrefixCacheCollector(cache_stats))
+        r.register(StepTimesCollector(step_times))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -87,3 +89,28 @@ class PrefixCacheCollector:
             "Blocks evicted (least recently used first)",
             value=get("evicted_blocks"),
         )
+
+
+class StepTimesCollector:
+    """The model thread's seconds and steps by kind (inference.scheduler.StepTimes), read at
+    each scrape: how much of its time went to prefill, decode and background work."""
+
+    def __init__(self, times: Callable[[], Any]) -> None:
+        self._times = times
+
+    def collect(self) -> Iterator[Metric]:
+        t = self._times()
+        seconds = CounterMetricFamily(
+            "inference_model_step_seconds",
+            "Time the model thread spent in steps of each kind",
+            labels=["kind"],
+        )
+        steps = CounterMetricFamily(
+            "inference_model_steps", "Model steps of each kind", labels=["kind"]
+        )
+        for kind, value in (getattr(t, "seconds", None) or {}).items():
+            seconds.add_metric([kind], value)
+        for kind, value in (getattr(t, "steps", None) or {}).items():
+            steps.add_metric([kind], value)
+        yield seconds
+        yield steps

@@ -41,6 +41,8 @@ log = logging.getLogger("inference.scheduler")
 # prompt, in the same step, instead of waiting behind a background step doing the same work.
 BACKGROUND_AFTER = 0.25
 FinishReason = Literal["stop", "length", "cancelled"]
+StepKind = Literal["prefill", "decode", "background"]
+STEP_KINDS: tuple[StepKind, ...] = ("prefill", "decode", "background")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,21 @@ class ErrorEvent:
 
 
 Event = TokenEvent | FinishEvent | ErrorEvent
+
+
+@dataclass
+class StepTimes:
+    """The model thread's time in each kind of step since the start, and how many steps
+    (/metrics): where a long paste's time went, its prefill against the running streams'
+    decode steps between its stages. Written by the model thread only."""
+
+    seconds: dict[StepKind, float] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0.0))
+    steps: dict[StepKind, int] = field(default_factory=lambda: dict.fromkeys(STEP_KINDS, 0))
+
+    def add(self, kind: StepKind, started: float) -> None:
+        """A step of `kind` that began at time.perf_counter() `started` has ended."""
+        self.seconds[kind] += time.perf_counter() - started
+        self.steps[kind] += 1
 
 
 class QueueFull(Exception):
@@ -175,6 +192,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._busy_at = 0.0  # time.monotonic() at the end of the last step with requests
+        self.times = StepTimes()
 
     # --- asyncio side -------------------------------------------------------------------
     @property
@@ -279,11 +297,14 @@ class Scheduler:
             self._fail(victims, f"model error: {exc}")
 
     def _prefill(self, _: None) -> None:
+        started = time.perf_counter()
         if not self._prefilling:
             if not self._running:
                 self.backend.background()
+                self.times.add("background", started)
             return
         tokens = self.backend.prefill(list(self._prefilling))
+        self.times.add("prefill", started)
         done = [(s, t) for s, t in zip(self._prefilling, tokens, strict=True) if t is not None]
         if done:
             self._prefilling = [
@@ -294,7 +315,10 @@ class Scheduler:
 
     def _decode(self, _: None) -> None:
         if self._running:
-            self._advance(list(self._running), self.backend.decode(list(self._running)))
+            started = time.perf_counter()
+            tokens = self.backend.decode(list(self._running))
+            self.times.add("decode", started)
+            self._advance(list(self._running), tokens)
 
     def _advance(self, seqs: list[Sequence], tokens: list[Sampled]) -> None:
         now = time.monotonic()

@@ -88,6 +88,21 @@ def test_health_ready_models_metrics(client: TestClient) -> None:
     assert "inference_generated_tokens_total 9.0" in text
 
 
+def test_metrics_count_the_model_threads_steps_by_kind(client: TestClient) -> None:
+    def steps(kind: str) -> float:
+        text = client.get("/metrics").text
+        line = f'inference_model_steps_total{{kind="{kind}"}} '
+        (value,) = [row[len(line) :] for row in text.splitlines() if row.startswith(line)]
+        return float(value)
+
+    assert 'inference_model_step_seconds_total{kind="decode"}' in client.get("/metrics").text
+    before = {kind: steps(kind) for kind in ("prefill", "decode")}
+    client.post("/v1/chat/completions", json=_body())
+    # the fake engine's reply: a prefill step for the prompt, then a decode step per token
+    assert steps("prefill") >= before["prefill"] + 1
+    assert steps("decode") >= before["decode"] + 8
+
+
 def test_stream_wire_format(client: TestClient) -> None:
     data = _stream(client, stream_options={"include_usage": True})
     assert data[-1] == "[DONE]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -205,3 +206,38 @@ async def test_background_work_never_runs_beside_a_stream() -> None:
     done = backend.log.index(("release", ("busy",)))
     assert ("background", ()) not in backend.log[:done]
     assert backend.log[done + 1 :] == [("background", ())] * 2
+
+
+class SlowPrefill(ChunkedBackend):
+    """Each prefill step takes 20 ms: its time must show in the prefill figure."""
+
+    def prefill(self, seqs: list[Sequence]) -> list[Sampled | None]:
+        time.sleep(0.02)
+        return super().prefill(seqs)
+
+
+async def test_step_times_count_each_kind_of_step_and_its_time() -> None:
+    backend = SlowPrefill(background_steps=2)
+    sched = Scheduler(backend, max_batch=4, max_queue=4)
+    sched.start(asyncio.get_running_loop())
+    try:
+        await finish_submitted(sched, seq("long", 3, 4))
+        await background_done(backend)
+    finally:
+        sched.stop()
+    kinds = [entry[0] for entry in backend.log]
+    times = sched.times
+    assert times.steps == {
+        "prefill": kinds.count("prefill"),
+        "decode": kinds.count("decode"),
+        "background": kinds.count("background"),
+    }
+    assert times.steps["prefill"] == 3 and times.steps["decode"] == 3
+    assert times.steps["background"] == 2
+    assert times.seconds["prefill"] >= 3 * 0.02
+    assert times.seconds["decode"] < times.seconds["prefill"]
+
+
+async def finish_submitted(sched: Scheduler, s: Sequence) -> list[Any]:
+    sched.submit(s)
+    return await finish(s)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.inference import server_process
 from bench.measure import wait_for_quiet
@@ -74,9 +75,10 @@ async def stream(
     max_tokens: int,
     stop: asyncio.Event | None = None,
     out: dict[str, Any] | None = None,
+    first: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     """One greedy stream: the arrival time of each content chunk, its text, prompt tokens
-    (filled into `out` as they come)."""
+    (filled into `out` as they come); `first` is set at its first content."""
     body = {
         "messages": messages,
         "stream": True,
@@ -98,12 +100,14 @@ async def stream(
             if content:
                 out["times"].append(time.monotonic())
                 out["text"] += content
+                if first is not None:
+                    first.set()
             if stop is not None and stop.is_set():
                 break
     return out
 
 
-STEP_METRIC = "inference_model_step"
+SECONDS_SAMPLE, STEPS_SAMPLE = "inference_model_step_seconds_total", "inference_model_steps_total"
 
 
 async def model_steps(client: httpx.AsyncClient, url: str) -> dict[str, tuple[float, int]] | None:
@@ -119,15 +123,12 @@ async def model_steps(client: httpx.AsyncClient, url: str) -> dict[str, tuple[fl
 def parse_model_steps(text: str) -> dict[str, tuple[float, int]] | None:
     seconds: dict[str, float] = {}
     steps: dict[str, int] = {}
-    for line in text.splitlines():
-        if not line.startswith(STEP_METRIC) or '{kind="' not in line:
-            continue
-        name, rest = line.split("{", 1)
-        kind, value = rest.split('"')[1], float(rest.rsplit(" ", 1)[1])
-        if name == f"{STEP_METRIC}_seconds_total":
-            seconds[kind] = value
-        elif name == f"{STEP_METRIC}s_total":
-            steps[kind] = int(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == SECONDS_SAMPLE:
+                seconds[sample.labels["kind"]] = sample.value
+            elif sample.name == STEPS_SAMPLE:
+                steps[sample.labels["kind"]] = int(sample.value)
     if not seconds:
         return None
     return {kind: (seconds[kind], steps.get(kind, 0)) for kind in seconds}
@@ -145,14 +146,13 @@ def steps_between(
     }
 
 
-async def steps_until_first_token(
-    client: httpx.AsyncClient, url: str, out: dict[str, Any], before: Any
+async def steps_until(
+    first: asyncio.Event, client: httpx.AsyncClient, url: str, before: Any
 ) -> dict[str, tuple[float, int]] | None:
-    """The model's steps from `before` until the stream filling `out` has its first token."""
+    """The model's steps from `before` until `first` is set (a stream's first token)."""
     if before is None:
         return None
-    while not out.get("times") and not out.get("ended"):
-        await asyncio.sleep(0.005)
+    await first.wait()
     return steps_between(before, await model_steps(client, url))
 
 
@@ -201,10 +201,9 @@ async def paste_while_streaming(
         deadline = time.monotonic() + 60
         while any(len(p["times"]) < 3 for p in progress) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        before = await model_steps(client, url)
-        pasted: dict[str, Any] = {}
-        paste = asyncio.create_task(stream(client, url, conversation(tokens), 4, out=pasted))
-        spent = asyncio.create_task(steps_until_first_token(client, url, pasted, before))
+        before, first = await model_steps(client, url), asyncio.Event()
+        paste = asyncio.create_task(stream(client, url, conversation(tokens), 4, first=first))
+        spent = asyncio.create_task(steps_until(first, client, url, before))
         question = {"start": math.inf, "times": []}
         if question_after > 0:  # another user's, while the paste is being prefilled
             await asyncio.sleep(question_after)
@@ -212,8 +211,9 @@ async def paste_while_streaming(
         try:
             long_ = await paste
         finally:
-            pasted["ended"] = True
-        steps = await spent
+            if not first.is_set():  # no first token: nothing to wait for
+                spent.cancel()
+        steps = await spent if first.is_set() else None
         await asyncio.sleep(0.5)
         stop.set()
         streams = await asyncio.gather(*runners)

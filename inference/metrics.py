@@ -8,6 +8,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from inference.scheduler import StepTimes
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -17,7 +19,7 @@ class Metrics:
         running: Callable[[], int],
         waiting: Callable[[], int],
         cache_stats: Callable[[], Any] = lambda: None,
-        step_times: Callable[[], Any] = lambda: None,
+        step_times: Callable[[], StepTimes] = StepTimes,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -95,7 +97,7 @@ class StepTimesCollector:
     """The model thread's seconds and steps by kind (inference.scheduler.StepTimes), read at
     each scrape: how much of its time went to prefill, decode and background work."""
 
-    def __init__(self, times: Callable[[], Any]) -> None:
+    def __init__(self, times: Callable[[], StepTimes]) -> None:
         self._times = times
 
     def collect(self) -> Iterator[Metric]:
@@ -108,9 +110,8 @@ class StepTimesCollector:
         steps = CounterMetricFamily(
             "inference_model_steps", "Model steps of each kind", labels=["kind"]
         )
-        for kind, value in (getattr(t, "seconds", None) or {}).items():
-            seconds.add_metric([kind], value)
-        for kind, value in (getattr(t, "steps", None) or {}).items():
-            steps.add_metric([kind], value)
+        for kind in t.seconds:
+            seconds.add_metric([kind], t.seconds[kind])
+            steps.add_metric([kind], t.steps[kind])
         yield seconds
         yield steps

@@ -35,13 +35,15 @@ def decode_rate(
     tokens: int,
     few_rows: int,
     lean: Any = None,
+    filler: str = "",
 ) -> float:
-    """`lean`: the backend's DecodeStep, or None for transformers' forward."""
+    """`lean`: the backend's DecodeStep, or None for transformers' forward; `filler`: text put
+    before each prompt (a longer context)."""
     quant.FEW_ROWS = few_rows
     backend.fast = lean
     seqs = [
         Sequence(
-            encode_chat(loaded.tokenizer, [Message("user", PROMPTS[i % len(PROMPTS)])]),
+            encode_chat(loaded.tokenizer, [Message("user", filler + PROMPTS[i % len(PROMPTS)])]),
             SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True),
             IncrementalDetokenizer(loaded.tokenizer),
             asyncio.Queue(),

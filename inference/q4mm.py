@@ -12,6 +12,9 @@ It is built with the system's C compiler (`cc -O3 -march=native -fopenmp`) into 
 folder keyed by the source, the compiler and this CPU's flags; where that fails (no compiler,
 no AVX2, not x86) `available()` is False and the layers keep torch's kernel. Which kernel a
 server uses is INT4_KERNEL (quant.choose_kernel times both at load under `auto`).
+
+The same library holds inference/attend1.c, one query's attention for a decode step
+(inference/attention.py uses it wherever the library is built, whichever 4-bit kernel serves).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ QK = 32  # codes per block
 BLOCK_BYTES = 20  # float16 scale, float16 offset, 16 bytes of codes
 BLOCK8_BYTES = 34  # the LM head's: float16 scale, 32 int8 codes (GGUF's Q8_0)
 SOURCE = Path(__file__).with_name("q4mm.c")
+# and one query's attention (inference/attention.py), built into the same library
+SOURCES = (SOURCE, Path(__file__).with_name("attend1.c"))
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -57,7 +62,15 @@ def _cpu_flags() -> str:
 def _library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), compiler, version, " ".join(FLAGS), _cpu_flags()]).encode()
+        "\0".join(
+            [
+                *(src.read_text() for src in SOURCES),
+                compiler,
+                version,
+                " ".join(FLAGS),
+                _cpu_flags(),
+            ]
+        ).encode()
     ).hexdigest()[:16]
     return cache_folder() / f"q4mm-{key}.so"
 
@@ -69,7 +82,7 @@ def _build(compiler: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
         subprocess.run(
-            [compiler, *FLAGS, "-o", str(built), str(SOURCE)],
+            [compiler, *FLAGS, "-o", str(built), *map(str, SOURCES)],
             check=True,
             capture_output=True,
             text=True,
@@ -95,6 +108,14 @@ def library() -> ctypes.CDLL | None:
     for fn in (lib.q4mm, lib.q8mm):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_void_p]
         fn.restype = ctypes.c_int
+    c_long, c_ptr = ctypes.c_long, ctypes.c_void_p
+    lib.attend1.argtypes = (
+        [c_ptr, c_long, c_ptr, c_long, c_long, c_long, c_ptr, c_long, c_long, c_long]
+        + [c_ptr, c_long, c_long, c_ptr, c_long, c_long]
+        + [ctypes.c_int] * 5
+        + [ctypes.c_float, c_ptr]
+    )
+    lib.attend1.restype = ctypes.c_int
     return lib
 
 

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
+
 static inline __m256 load_bf16x8(const uint16_t *p) {
     const __m128i raw = _mm_loadu_si128((const __m128i *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
@@ -59,22 +61,6 @@ static inline void exp_shifted(float *s, int T, float top) {
     }
 }
 
-static inline float sum8(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-static inline uint16_t to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
-    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}
-
 #define MAX_GROUP 8 /* query heads per key head done together; more go in several passes */
 
 /* One (row, key head): its `group` (<= MAX_GROUP) query heads [group, dim] (float32) against
@@ -100,7 +86,7 @@ static inline __attribute__((always_inline)) void attend_heads(
                 acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * dim + d), kd, acc[h]);
         }
         for (int h = 0; h < group; h++) {
-            float x = sum8(acc[h]) * scaling;
+            float x = hsum(acc[h]) * scaling;
             if (add) x += add[t * add_st];
             scores[(size_t)h * T + t] = x;
             top[h] = x > top[h] ? x : top[h];
@@ -139,7 +125,7 @@ static inline __attribute__((always_inline)) void attend_heads(
         for (int h = 0; h < group; h++) {
             float part[32];
             for (int j = 0; j < n; j++) _mm256_storeu_ps(part + 8 * j, o[h][j]);
-            for (int d = 0; d < 8 * n; d++) out[h * out_sh + d0 + d] = to_bf16(part[d]);
+            for (int d = 0; d < 8 * n; d++) out[h * out_sh + d0 + d] = f32_to_bf16(part[d]);
         }
     }
 }
@@ -186,10 +172,7 @@ int attend1(const uint16_t *q, long q_sb, const uint16_t *k, long k_sb, long k_s
             if (!scores || !qf) continue;
             const int i = task / kv_heads, g = task % kv_heads;
             const uint16_t *qi = q + i * q_sb + (size_t)g * group * dim;
-            for (int e = 0; e < group * dim; e++) {
-                uint32_t bits = (uint32_t)qi[e] << 16;
-                memcpy(qf + e, &bits, 4);
-            }
+            for (int e = 0; e < group * dim; e++) qf[e] = bf16_to_f32(qi[e]);
             for (int h0 = 0; h0 < group; h0 += MAX_GROUP)
                 by_group(qf + (size_t)h0 * dim, group - h0 < MAX_GROUP ? group - h0 : MAX_GROUP,
                          dim, k + i * k_sb + g * k_sh, k_st, v + i * v_sb + g * v_sh, v_st,

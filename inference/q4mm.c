@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "simd.h"
+
 #define QK 32
 
 typedef struct {
@@ -24,29 +26,6 @@ typedef struct {
     float d; /* scale */
     float s; /* d * sum of the codes */
 } scale_q8;
-
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
-    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}
-
-static inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
 
 /* Sum of each 4 adjacent products of unsigned bytes u and signed bytes s, as int32. With
  * VNNI one instruction does it; without, two, whose int16 middle step cannot saturate here

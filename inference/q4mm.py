@@ -41,6 +41,7 @@ BLOCK8_BYTES = 34  # the LM head's: float16 scale, 32 int8 codes (GGUF's Q8_0)
 SOURCE = Path(__file__).with_name("q4mm.c")
 # and one query's attention (inference/attention.py), built into the same library
 SOURCES = (SOURCE, Path(__file__).with_name("attend1.c"))
+HEADER = Path(__file__).with_name("simd.h")  # what both include
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -64,7 +65,7 @@ def _library_path(compiler: str) -> Path:
     key = hashlib.sha256(
         "\0".join(
             [
-                *(src.read_text() for src in SOURCES),
+                *(src.read_text() for src in (*SOURCES, HEADER)),
                 compiler,
                 version,
                 " ".join(FLAGS),

@@ -1,11 +1,11 @@
 /* Attention for one query per row (a decode step) on bfloat16 keys and values, in float32.
  *
  * torch's version (inference/attention.py's fallback) is ten calls a layer, each converting or
- * allocating: at 4 rows against 100 keys on an AVX2 CPU it took ~150 us a layer, of which the
- * arithmetic is a few. Here the same arithmetic is one call: per row and key head, every
- * score (the query's dot product with a key, times the scale, plus an additive mask), the
- * softmax over the keys the row attends (float32, against the largest score), and the weighted
- * sum of the values, rounded once to bfloat16.
+ * allocating, and on a slow CPU the calls cost more than the arithmetic (bench/README.md).
+ * Here the same arithmetic is one call: per row and key head, every score (the query's dot
+ * product with a key, times the scale, plus an additive mask), the softmax over the keys the
+ * row attends (float32, against the largest score), and the weighted sum of the values,
+ * rounded once to bfloat16.
  *
  * Each row's result is computed on its own, key after key in order, so it does not depend on
  * the other rows, the number of threads, or keys that are masked out (a masked key is skipped:

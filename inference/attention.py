@@ -13,13 +13,12 @@ and 1 row, this 0.72 (it copies the keys to float32). So `pays()` times both onc
 first decode step, and the faster one serves every decode step of the process.
 
 The same arithmetic as ten torch calls is still ten calls a layer, each converting or
-allocating: at 4 rows against 100 keys on an AMD EPYC without AVX-512 (Zen 3) they took
-~170 µs a layer, most of it the calls themselves. Where the native kernels are built
-(inference/q4mm.py), inference/attend1.c does it in one call for bfloat16 KV: 0.4-0.65x
-their time at 1 and 4 rows against 100 to 4,000 keys there, a decode step ~8% shorter at 400
-keys (bench/README.md). Each row's result comes from that row alone, key after key in order,
-so it depends neither on the rows beside it, nor on the thread count, nor on masked keys.
-Where it does not apply (float32 KV, a head wider than 128) the torch calls serve.
+allocating, and on a slow CPU the calls cost more than the arithmetic. Where the native
+kernels are built (inference/q4mm.py), inference/attend1.c does it in one call for bfloat16
+KV (`python -m bench.attention` compares the two; bench/README.md keeps the figures). Each
+row's result comes from that row alone, key after key in order, so it depends neither on the
+rows beside it, nor on the thread count, nor on masked keys. Where it does not apply (float32
+KV, a head wider than 128) the torch calls serve.
 
 Every decode path calls it (inference/decode_step.py, and transformers' forward through
 prefill_attention.attention), so they stay bit for bit the same as each other.

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from inference import q4mm
 from inference.batch import BatchState, GrowingLayer
 from inference.chat_encoder import ChatEncoder
 from inference.decode_step import DecodeStep, supports
@@ -54,6 +55,8 @@ class TransformersBackend:
             torch.get_num_threads(),
         )
         self.eos_ids = eos_ids
+        if self.device.type == "cpu":
+            q4mm.available()  # one-query attention's kernel: built here, not in the first step
         self.prefiller = Prefiller(model, chunk_tokens, cache_bytes, step_seconds)
         # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits,
         # and it attends group by group, so rows of very different lengths need not share one

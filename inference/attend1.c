@@ -69,7 +69,7 @@ static inline __attribute__((always_inline)) void attend_heads(
                          const float *q, const int group, int dim, const uint16_t *k, long k_st,
                          const uint16_t *v, long v_st, const uint8_t *keep, long keep_st,
                          const float *add, long add_st, int T, float scaling, float *scores,
-                         uint16_t *out, long out_sh) {
+                         uint16_t *out) {
     float top[MAX_GROUP], total[MAX_GROUP];
     for (int h = 0; h < group; h++) top[h] = -INFINITY, total[h] = 0.0f;
     for (int t = 0; t < T; t++) {
@@ -94,15 +94,10 @@ static inline __attribute__((always_inline)) void attend_heads(
     }
     for (int h = 0; h < group; h++) {
         float *s = scores + (size_t)h * T;
-        exp_shifted(s, T, top[h]); /* a masked key's -inf gives 0, and is skipped below */
-        for (int t = 0; t < T; t++) {
-            if (keep && !keep[t * keep_st]) continue;
-            total[h] += s[t];
-        }
-        for (int t = 0; t < T; t++) {
-            if (keep && !keep[t * keep_st]) continue;
-            s[t] = s[t] / total[h];
-        }
+        /* a masked key's -inf gives 0: adding it changes no sum, and the values skip it */
+        exp_shifted(s, T, top[h]);
+        for (int t = 0; t < T; t++) total[h] += s[t];
+        for (int t = 0; t < T; t++) s[t] = s[t] / total[h];
     }
     /* the values in slices of 32 dims (16 for more than two heads), so every head's
      * accumulators stay in registers */
@@ -125,7 +120,7 @@ static inline __attribute__((always_inline)) void attend_heads(
         for (int h = 0; h < group; h++) {
             float part[32];
             for (int j = 0; j < n; j++) _mm256_storeu_ps(part + 8 * j, o[h][j]);
-            for (int d = 0; d < 8 * n; d++) out[h * out_sh + d0 + d] = f32_to_bf16(part[d]);
+            for (int d = 0; d < 8 * n; d++) out[h * dim + d0 + d] = f32_to_bf16(part[d]);
         }
     }
 }
@@ -138,7 +133,7 @@ static void by_group(const float *q, int group, int dim, const uint16_t *k, long
 #define GROUP(n)                                                                             \
     case n:                                                                                  \
         attend_heads(q, n, dim, k, k_st, v, v_st, keep, keep_st, add, add_st, T, scaling,    \
-                     scores, out, dim);                                                      \
+                     scores, out);                                                           \
         break;
     switch (group) {
         GROUP(1) GROUP(2) GROUP(3) GROUP(4) GROUP(5) GROUP(6) GROUP(7) GROUP(8)

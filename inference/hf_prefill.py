@@ -52,6 +52,9 @@ MAX_FIRST = 16
 # between them (bench/README.md); now 19 steps of ~150 ms. A prompt admitted meanwhile that
 # fits one step does not wait for the chunk in progress to end (Prefiller._quick).
 STAGES_PER_CHUNK = 2
+# seconds of narrow-call probing (inference/narrow.py) per idle step: a request that arrives
+# meanwhile waits for the slice, not for the whole probe of a key block (up to 250 ms)
+PROBE_SLICE = 0.02
 
 
 class Prefiller:
@@ -87,7 +90,7 @@ class Prefiller:
         # key blocks whose narrow calls (inference/narrow.py) are not probed yet: a probe
         # deep in a prompt took up to 240-250 ms (depth 7,936 on a Zen 5), inside the step
         # of the first prompt to reach that depth (a running stream's gap, a next turn's
-        # TTFT); probed while the server is idle
+        # TTFT); probed while the server is idle, a slice at a time (PROBE_SLICE)
         blocks = getattr(cfg, "max_position_embeddings", 0) // ATTN_BLOCK
         self.unprobed = deque(range(1, blocks) if self.device.type == "cpu" else ())
         self.staged: Staged | None = None  # a chunk part-way through the layers
@@ -216,7 +219,9 @@ class Prefiller:
         elif self.unprobed:
             dtype = self.compute_dtype or self.dtype  # what its queries attend in
             like = torch.empty((self.heads, 0, self.head_dim), dtype=dtype)
-            PrefillPlan([], self.kv_heads, self.compute_dtype).prime(like, self.unprobed.popleft())
+            plan = PrefillPlan([], self.kv_heads, self.compute_dtype)
+            if plan.prime(like, self.unprobed[0], PROBE_SLICE):
+                self.unprobed.popleft()
         return self.has_background()
 
     def has_background(self) -> bool:

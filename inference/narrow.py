@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import torch
 
@@ -43,6 +43,8 @@ ATTENTION_STEP = 8
 enabled = True  # tests turn it off to compare; nothing else does
 _linear: dict[tuple, tuple[int, ...]] = {}
 _attention: dict[tuple, tuple[int, ...]] = {}
+# attention probes begun in the server's idle time (attention_probe_for), by their keys
+_pending: dict[tuple, Generator[None, None, tuple[int, ...]]] = {}
 _lock = threading.Lock()
 
 
@@ -68,11 +70,48 @@ def attention_widths(key: tuple, prober: Callable[[], Callable]) -> tuple[int, .
     shape `key` may take instead of its whole tile (key[0] rows). `prober()`, called once per
     key, makes the probe's call: `attend(r0, r1)` on the tile's rows [r0, r1), returning its
     outputs with the rows along their first axis."""
-    return _cached(
-        _attention,
-        (*key, torch.get_num_threads()),
-        lambda: _probe(prober(), key[0], ATTENTION_STEP),
-    )
+    full = (*key, torch.get_num_threads())
+    return _cached(_attention, full, lambda: _finish(_attention_steps(full, prober)))
+
+
+def attention_probe_for(key: tuple, prober: Callable[[], Callable], seconds: float) -> bool:
+    """Advances the probe of attention_widths(key, prober) by about `seconds` of its calls
+    (at least one); whether it is done. The server probes in its idle time this way, a slice
+    at a time: a whole probe deep in a long prompt took up to 250 ms, and a request that
+    arrived in the seconds after the server started waited for all of it."""
+    if not enabled:
+        return True
+    full = (*key, torch.get_num_threads())
+    with _lock:
+        if full in _attention:
+            return True
+        steps = _attention_steps(full, prober)
+        deadline = time.perf_counter() + seconds
+        try:
+            next(steps)
+            while time.perf_counter() < deadline:
+                next(steps)
+        except StopIteration as done:
+            _attention[full] = done.value
+            return True
+        _pending[full] = steps
+        return False
+
+
+def _attention_steps(
+    full: tuple, prober: Callable[[], Callable]
+) -> Generator[None, None, tuple[int, ...]]:
+    """The probe of `full` where it was begun (taken over from _pending), else a new one."""
+    begun = _pending.pop(full, None)
+    return begun if begun is not None else _probe_steps(prober(), full[0], ATTENTION_STEP)
+
+
+def _finish(steps: Generator[None, None, tuple[int, ...]]) -> tuple[int, ...]:
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _cached(cache: dict, key: tuple, probe: Callable[[], tuple[int, ...]]) -> tuple[int, ...]:
@@ -110,12 +149,22 @@ def _probe(
     step: int,
     candidates: tuple[int, ...] | None = None,
 ) -> tuple[int, ...]:
+    return _finish(_probe_steps(call, tile, step, candidates))
+
+
+def _probe_steps(
+    call: Callable[[int, int], tuple[torch.Tensor, ...]],
+    tile: int,
+    step: int,
+    candidates: tuple[int, ...] | None = None,
+) -> Generator[None, None, tuple[int, ...]]:
     """The widths (`candidates`, else the multiples of `step`) that took less time than the
     full call (best of two, at the tile's start) and gave exactly its rows wherever in the
     tile they started (at multiples of `step`; of a candidate's own width). A width
     that is not faster is not checked: the probe runs inside a prefill step when the server
-    was not idle before it."""
+    was not idle before it. Yields after each call, a point where it may pause."""
     full, full_time = _timed(call, 0, tile)
+    yield
 
     def same(r0: int, width: int, outs: tuple[torch.Tensor, ...]) -> bool:
         return all(
@@ -126,10 +175,16 @@ def _probe(
     widths = []
     for width in candidates or range(step, tile, step):
         outs, spent = _timed(call, 0, width)
+        yield
         if spent < full_time and same(0, width, outs):
             stride = width if width < STEP else step
-            starts = range(stride, tile - width + 1, stride)
-            if all(same(r0, width, call(r0, r0 + width)) for r0 in starts):
+            kept = True
+            for r0 in range(stride, tile - width + 1, stride):
+                kept = same(r0, width, call(r0, r0 + width))
+                yield
+                if not kept:
+                    break
+            if kept:
                 widths.append(width)
     return tuple(widths)
 

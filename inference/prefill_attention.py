@@ -32,6 +32,7 @@ inference/attention.py, and every other call (other users of the model) to sdpa 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -119,10 +120,20 @@ class PrefillPlan:
                 out.append((a, b, rows))
         return out
 
-    def prime(self, like: torch.Tensor, j: int) -> None:
-        """Probes now the narrow widths (inference/narrow.py) that queries `like` [H, n, D]
-        (their dtype and device; n may be 0) will ask for in key block j."""
-        self._widths(like, j)
+    def prime(self, like: torch.Tensor, j: int, seconds: float) -> bool:
+        """Probes for about `seconds` (narrow.attention_probe_for) the narrow widths
+        (inference/narrow.py) that queries `like` [H, n, D] (their dtype and device; n may be
+        0) will ask for in key block j; whether they are all probed."""
+        if like.device.type != "cpu":
+            return True
+        group = like.shape[0] // self.kv_heads
+        own = self._probe(group, like.shape[2], ATTN_BLOCK, True, like)
+        if not narrow.attention_probe_for(*own, seconds):
+            return False
+        if j == 0 or not narrow.attention_widths(*own):
+            return True  # no past keys, or no width to check against them (_widths)
+        past = self._probe(group, like.shape[2], j * ATTN_BLOCK, False, like)
+        return narrow.attention_probe_for(*past, seconds)
 
     def _widths(self, q: torch.Tensor, j: int) -> tuple[int, ...]:
         """Row widths below a tile that both of block j's calls give the same bits at."""
@@ -138,6 +149,12 @@ class PrefillPlan:
     ) -> tuple[int, ...]:
         if like.device.type != "cpu":
             return ()
+        return narrow.attention_widths(*self._probe(group, dim, keys, masked, like))
+
+    def _probe(
+        self, group: int, dim: int, keys: int, masked: bool, like: torch.Tensor
+    ) -> tuple[tuple, Callable[[], Callable]]:
+        """The key of a probe of narrow calls against `keys` keys, and its prober."""
 
         def prober() -> Any:
             gen = torch.Generator().manual_seed(0)
@@ -153,8 +170,7 @@ class PrefillPlan:
 
             return call
 
-        key = (TILE, self.kv_heads, group, dim, keys, masked, like.dtype)
-        return narrow.attention_widths(key, prober)
+        return (TILE, self.kv_heads, group, dim, keys, masked, like.dtype), prober
 
     def _tiles(
         self,

@@ -283,16 +283,22 @@ def test_idle_time_probes_every_key_block_so_no_prompts_step_pays_for_one(
     loaded_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A narrow-call probe deep in a prompt took 50-75 ms, inside the step of the first prompt
-    to reach that depth: a running stream's gap and a next turn's TTFT paid for it."""
-    from inference import narrow
+    to reach that depth: a running stream's gap and a next turn's TTFT paid for it. Idle, it
+    goes a slice at a time (one call each here), so a request arriving meanwhile waits for a
+    slice, not for a whole probe."""
+    from inference import hf_prefill, narrow
 
     monkeypatch.setattr(narrow, "_attention", {})
+    monkeypatch.setattr(narrow, "_pending", {})
+    monkeypatch.setattr(hf_prefill, "PROBE_SLICE", 0.0)
     prefiller = Prefiller(loaded_model.model, 256, 0)
     rounds = 0
     while prefiller.has_background():
         prefiller.background()
         rounds += 1
-    assert rounds == loaded_model.model.config.max_position_embeddings // ATTN_BLOCK - 1
+    blocks = loaded_model.model.config.max_position_embeddings // ATTN_BLOCK - 1
+    assert rounds > 2 * blocks  # every block's probe took several slices
+    assert not narrow._pending
     probed = dict(narrow._attention)
     assert probed  # at least the block's own (masked) call was probed
     prompt = encode_chat(loaded_model.tokenizer, [Message("user", DOC[:2200])])

@@ -16,6 +16,7 @@ from inference import narrow
 def empty_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(narrow, "_linear", {})
     monkeypatch.setattr(narrow, "_attention", {})
+    monkeypatch.setattr(narrow, "_pending", {})
 
 
 def tile_call(tile: int, drift: dict[int, float], per_row_s: float = 2e-5):
@@ -70,6 +71,46 @@ def test_each_shape_is_probed_once() -> None:
 
     for _ in range(3):
         narrow.attention_widths((64, "once"), prober)
+    assert made == [1]
+
+
+def test_a_probe_in_slices_keeps_what_a_probe_at_once_keeps() -> None:
+    """The server probes in its idle time a slice at a time (one call each with no time to
+    spare): the same widths, from one prober, and the calls spread over many slices."""
+    made: list[int] = []
+    call, calls = tile_call(64, {32: 1e-3}, per_row_s=1e-4)
+
+    def prober():
+        made.append(1)
+        return call
+
+    slices, ran = 0, []
+    done = False
+    while not done:
+        before = len(calls)
+        done = narrow.attention_probe_for((64, "sliced"), prober, 0.0)
+        slices += 1
+        ran.append(len(calls) - before)
+    # a timed call (best of two) or one check each; the last may only return what it found
+    assert set(ran[:-1]) == {1, 2} and ran[-1] <= 2
+    assert narrow.attention_widths((64, "sliced"), prober) == (8, 16, 24, 40, 48, 56)
+    assert made == [1] and slices > 10 and not narrow._pending
+
+
+def test_a_probe_begun_in_idle_time_is_finished_where_a_prompt_needs_it() -> None:
+    made: list[int] = []
+    call, calls = tile_call(64, {32: 1e-3}, per_row_s=1e-4)
+
+    def prober():
+        made.append(1)
+        return call
+
+    assert not narrow.attention_probe_for((64, "begun"), prober, 0.0)
+    begun = len(calls)
+    assert narrow.attention_widths((64, "begun"), prober) == (8, 16, 24, 40, 48, 56)
+    assert made == [1] and calls[:begun] == [(0, 64), (0, 64)]  # not started over
+    assert calls.count((0, 64)) == 2 and not narrow._pending
+    assert narrow.attention_probe_for((64, "begun"), prober, 0.0)  # done: nothing to run
     assert made == [1]
 
 

@@ -19,11 +19,6 @@
 
 #include "simd.h"
 
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
 /* e^x in each lane: Cephes' expf, within 1 ulp of e^x over [-87.3, 0] (the range used here:
  * a score minus the largest), 0 below it, NaN kept. The same bits for a value whatever its
  * lane, so a key's weight does not depend on where it falls in a vector. */

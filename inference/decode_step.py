@@ -6,8 +6,9 @@ This forward does the same arithmetic with plain torch calls and the fused 4-bit
 inference/quant.py (q/k/v in one, gate/up in one), so a step makes 5 kernel calls per layer.
 
 Nothing may change an answer: every operation is the one transformers' LlamaModel applies, in
-the same order and dtype (RMSNorm in float32, rotary in bfloat16, the same attention function
-and mask), so the logits are bit for bit the same (tests/inference/test_decode_step.py). Above
+the same order and dtype (rotary in bfloat16, the same attention and norm functions, which it
+installs in the model: inference/prefill_attention.py, inference/rmsnorm.py), so the logits
+are bit for bit the same (tests/inference/test_decode_step.py). Above
 quant.FEW_ROWS rows the projections are the modules' own calls (their bfloat16 weights), as in
 transformers' forward. It serves only what it was written for: a Llama model whose projections
 are all 4-bit (DTYPE=int4); any other model goes through its own forward.
@@ -24,13 +25,8 @@ import torch
 from torch.nn import functional as F
 
 from inference import attention, prefill_attention, quant
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # LlamaRMSNorm, op for op
-    h = x.to(torch.float32)
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+from inference.rmsnorm import install as install_norms
+from inference.rmsnorm import rms_norm
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -105,6 +101,7 @@ class DecodeStep:
         self.head_dim = self.layers[0].attn.head_dim
         self._mask = create_causal_mask
         prefill_attention.register()  # so the model's own forward attends as this step does
+        install_norms(model)  # and normalizes as it does
         # what transformers' forward calls (its sdpa slot)
         self._attend = prefill_attention.attention
 
@@ -139,7 +136,7 @@ class DecodeStep:
         direct = h.device.type == "cpu" and attention.pays()
         for layer in self.layers:
             h = self._layer(layer, h, spans, cos, sin, few, direct)
-        h = _rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
+        h = rms_norm(h, self.norm.weight, self.norm.variance_epsilon)
         if head_threads:
             torch.set_num_threads(head_threads)
         return self.model.lm_head(h)
@@ -166,7 +163,7 @@ class DecodeStep:
         direct: bool,
     ) -> torch.Tensor:
         b, d, heads, kv_heads = h.shape[0], self.head_dim, self.heads, self.kv_heads
-        x = _rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
+        x = rms_norm(h, layer.norm_in, layer.eps_in).reshape(b, -1)
         if few:
             # q and k side by side in the fused output: rotated in one pass (the same
             # elementwise arithmetic on each element, half the calls)
@@ -190,7 +187,7 @@ class DecodeStep:
             outs.append(out)
         out = (outs[0] if len(outs) == 1 else torch.cat(outs)).reshape(b, -1)
         h = h + (_int4(layer.o, out) if few else layer.o_proj(out)).view(b, 1, -1)
-        x = _rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
+        x = rms_norm(h, layer.norm_post, layer.eps_post).reshape(b, -1)
         if few:
             gate, up = _int4(layer.gate_up, x).split(layer.gate_up_sizes, dim=-1)
             down = _int4(layer.down, F.silu(gate) * up)

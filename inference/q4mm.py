@@ -39,9 +39,10 @@ QK = 32  # codes per block
 BLOCK_BYTES = 20  # float16 scale, float16 offset, 16 bytes of codes
 BLOCK8_BYTES = 34  # the LM head's: float16 scale, 32 int8 codes (GGUF's Q8_0)
 SOURCE = Path(__file__).with_name("q4mm.c")
-# and one query's attention (inference/attention.py), built into the same library
-SOURCES = (SOURCE, Path(__file__).with_name("attend1.c"))
-HEADER = Path(__file__).with_name("simd.h")  # what both include
+# one query's attention (inference/attention.py) and the RMS norm (inference/rmsnorm.py),
+# built into the same library
+SOURCES = (SOURCE, *(Path(__file__).with_name(n) for n in ("attend1.c", "rmsnorm.c")))
+HEADER = Path(__file__).with_name("simd.h")  # what they all include
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
 
@@ -117,6 +118,8 @@ def library() -> ctypes.CDLL | None:
         + [ctypes.c_float, c_ptr]
     )
     lib.attend1.restype = ctypes.c_int
+    lib.rmsnorm.argtypes = [c_ptr, c_ptr, c_ptr, ctypes.c_int, ctypes.c_int, ctypes.c_float]
+    lib.rmsnorm.restype = ctypes.c_int
     return lib
 
 

@@ -1,4 +1,5 @@
-/* bfloat16 conversions and a horizontal sum, shared by inference/q4mm.c and attend1.c. */
+/* bfloat16 conversions and a horizontal sum, shared by inference/q4mm.c, attend1.c and
+ * rmsnorm.c. */
 #ifndef TOKENSTREAM_SIMD_H
 #define TOKENSTREAM_SIMD_H
 
@@ -19,6 +20,12 @@ static inline uint16_t f32_to_bf16(float f) {
     if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
     bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest, ties to even */
     return (uint16_t)(bits >> 16);
+}
+
+/* 8 bfloat16 values as float32 lanes. */
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
 static inline float hsum(__m256 v) {

@@ -1,13 +1,16 @@
 """One query's attention in a decode step: the native kernel (inference/attend1.c) against the
-same arithmetic as torch calls, alone and in the bundled model's decode step.
+same arithmetic as torch calls, alone and in the bundled model's decode step; with `--switch
+norm`, the same for the RMS norm (inference/rmsnorm.c against transformers' calls).
 
     .venv/bin/python -m bench.attention [--rows 1,4] [--keys 100,400,1000,4000] [--context 0,1500]
+    .venv/bin/python -m bench.attention --switch norm
 
-First `one_query` on random bfloat16 tensors of the bundled model's shape (9 query heads over 3
-key heads of 64), each way in turn, the best of interleaved batches; then decode tokens/s of
-the model's lean step (our backend's decode calls, no scheduler, no HTTP) with the native
-kernel on and off in alternate rounds (medians), for prompts padded to `--context` extra
-tokens. Both print the ratio of times, native over torch calls. bench/README.md keeps the figures.
+First `one_query` (or `rms_norm`) on random bfloat16 tensors of the bundled model's shape (9
+query heads over 3 key heads of 64; rows 576 wide), each way in turn, the best of interleaved
+batches; then decode tokens/s of the model's lean step (our backend's decode calls, no
+scheduler, no HTTP) with that native kernel on and off in alternate rounds (medians), for
+prompts padded to `--context` extra tokens. Both print the ratio of times, native over torch
+calls. bench/README.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ import time
 import torch
 
 from bench.decode_rows import decode_rate
-from inference import attention, q4mm, quant
+from inference import attention, q4mm, quant, rmsnorm
 from inference.hf_engine import TransformersBackend, eos_ids
 from inference.model_store import prepare_model
 from inference.settings import Settings
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 SENTENCE = "The keeper climbed the stairs of the lighthouse once more that night. "
+SWITCHES = {"attention": attention, "norm": rmsnorm}  # modules whose _native_on is switched
+WIDTH = 576  # the bundled model's hidden size
 
 
 def per_call(args: tuple, calls: int) -> float:
@@ -61,13 +66,36 @@ def kernel_figures(rows: list[int], keys: list[int], batches: int) -> None:
             )
 
 
-def step_figures(rows: list[int], contexts: list[int], tokens: int, rounds: int) -> None:
+def norm_figures(rows: list[int], batches: int) -> None:
+    print(f"rms_norm, {torch.get_num_threads()} threads, best of {batches} interleaved batches")
+    print(f"{'rows':>4} {'native us':>10} {'torch us':>9} {'ratio':>6}", flush=True)
+    w = torch.randn(WIDTH).to(torch.bfloat16)
+    for b in rows:
+        x = torch.randn(b, 1, WIDTH).to(torch.bfloat16)
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(batches):
+            for native in best:
+                rmsnorm._native_on = native
+                start = time.perf_counter()
+                for _ in range(2000):
+                    rmsnorm.rms_norm(x, w, 1e-5)
+                best[native] = min(best[native], (time.perf_counter() - start) / 2000)
+        rmsnorm._native_on = True
+        ratio = best[True] / best[False]
+        print(f"{b:>4} {best[True] * 1e6:>10.1f} {best[False] * 1e6:>9.1f} {ratio:>6.2f}")
+
+
+def step_figures(
+    rows: list[int], contexts: list[int], tokens: int, rounds: int, switch: str = "attention"
+) -> None:
     loaded = prepare_model(Settings(model="", dtype="int4", device="cpu"))
     backend = TransformersBackend(loaded.model, eos_ids(loaded.model, loaded.tokenizer))
     if backend.fast is None:
         print("the lean decode step does not serve this model: no step figures")
         return
+    module = SWITCHES[switch]
     print(f"\ndecode tokens/s, lean step, {tokens} tokens, medians of {rounds} alternate rounds")
+    print(f"native {switch} on and off")
     print(f"{'streams':>7} {'+prompt':>8} {'native':>8} {'torch':>8} {'ratio':>6}")
     per_sentence = len(loaded.tokenizer(SENTENCE).input_ids)
     for b in rows:
@@ -76,12 +104,12 @@ def step_figures(rows: list[int], contexts: list[int], tokens: int, rounds: int)
             rates: dict[bool, list[float]] = {True: [], False: []}
             for _ in range(rounds):
                 for native in rates:
-                    attention._native_on = native
+                    module._native_on = native
                     rate = decode_rate(
                         loaded, backend, b, tokens, quant.FEW_ROWS, backend.fast, filler
                     )
                     rates[native].append(rate)
-            attention._native_on = True
+            module._native_on = True
             on, off = statistics.median(rates[True]), statistics.median(rates[False])
             added = per_sentence * (extra // per_sentence)
             # ratio: the step's time with the native kernel over its time with torch's calls
@@ -96,13 +124,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48, help="decode steps per round")
     parser.add_argument("--rounds", type=int, default=5, help="alternate rounds of the step")
     parser.add_argument("--batches", type=int, default=11, help="batches per kernel figure")
+    parser.add_argument(
+        "--switch", choices=sorted(SWITCHES), default="attention", help="the native part compared"
+    )
     args = parser.parse_args()
     if not q4mm.available():
         raise SystemExit("the native kernels cannot be built here: nothing to compare")
     rows = [int(x) for x in args.rows.split(",")]
-    kernel_figures(rows, [int(x) for x in args.keys.split(",")], args.batches)
+    if args.switch == "norm":
+        norm_figures(rows, args.batches)
+    else:
+        kernel_figures(rows, [int(x) for x in args.keys.split(",")], args.batches)
     contexts = [int(x) for x in args.context.split(",")]
-    step_figures(rows, contexts, args.tokens, args.rounds)
+    step_figures(rows, contexts, args.tokens, args.rounds, args.switch)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """One query's attention in a decode step: the native kernel (inference/attend1.c) against the
 same arithmetic as torch calls, alone and in the bundled model's decode step; with `--switch
-norm`, the same for the RMS norm (inference/rmsnorm.c against transformers' calls).
+norm` or `--switch rotary`, the same for the RMS norm (inference/rmsnorm.c against
+transformers' calls) or the rotary embedding (inference/rotary.c).
 
     .venv/bin/python -m bench.attention [--rows 1,4] [--keys 100,400,1000,4000] [--context 0,1500]
-    .venv/bin/python -m bench.attention --switch norm
+    .venv/bin/python -m bench.attention --switch norm   (or rotary)
 
-First `one_query` (or `rms_norm`) on random bfloat16 tensors of the bundled model's shape (9
-query heads over 3 key heads of 64; rows 576 wide), each way in turn, the best of interleaved
+First `one_query` (or `rms_norm`, `rotate`) on random bfloat16 tensors of the bundled model's
+shape (9 query heads over 3 key heads of 64; rows 576 wide), each way in turn, the best of interleaved
 batches; then decode tokens/s of the model's lean step (our backend's decode calls, no
 scheduler, no HTTP) with that native kernel on and off in alternate rounds (medians), for
 prompts padded to `--context` extra tokens. Both print the ratio of times, native over torch
@@ -18,18 +19,23 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
 from bench.decode_rows import decode_rate
-from inference import attention, q4mm, quant, rmsnorm
+from inference import attention, q4mm, quant, rmsnorm, rotary
 from inference.hf_engine import TransformersBackend, eos_ids
 from inference.model_store import prepare_model
 from inference.settings import Settings
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 SENTENCE = "The keeper climbed the stairs of the lighthouse once more that night. "
-SWITCHES = {"attention": attention, "norm": rmsnorm}  # modules whose _native_on is switched
+SWITCHES = {
+    "attention": attention,
+    "norm": rmsnorm,
+    "rotary": rotary,
+}  # modules whose _native_on is switched
 WIDTH = 576  # the bundled model's hidden size
 
 
@@ -66,21 +72,33 @@ def kernel_figures(rows: list[int], keys: list[int], batches: int) -> None:
             )
 
 
-def norm_figures(rows: list[int], batches: int) -> None:
-    print(f"rms_norm, {torch.get_num_threads()} threads, best of {batches} interleaved batches")
+def small_call(switch: str, rows: int) -> Callable[[], torch.Tensor]:
+    """One call of the model's shape: a norm of `rows` rows 576 wide, or the rotation of q
+    and k (12 heads of 64) of `rows` rows."""
+    if switch == "norm":
+        x, w = torch.randn(rows, 1, WIDTH).to(torch.bfloat16), torch.randn(WIDTH).to(torch.bfloat16)
+        return lambda: rmsnorm.rms_norm(x, w, 1e-5)
+    fused = torch.randn(rows, 1, HEADS + 2 * KV_HEADS, DIM).to(torch.bfloat16).transpose(1, 2)
+    qk = fused[:, : HEADS + KV_HEADS]
+    cos, sin = (torch.randn(rows, 1, 1, DIM).to(torch.bfloat16) for _ in range(2))
+    return lambda: rotary.rotate(qk, cos, sin)
+
+
+def call_figures(rows: list[int], batches: int, switch: str) -> None:
+    module = SWITCHES[switch]
+    print(f"{switch}, {torch.get_num_threads()} threads, best of {batches} interleaved batches")
     print(f"{'rows':>4} {'native us':>10} {'torch us':>9} {'ratio':>6}", flush=True)
-    w = torch.randn(WIDTH).to(torch.bfloat16)
     for b in rows:
-        x = torch.randn(b, 1, WIDTH).to(torch.bfloat16)
+        call = small_call(switch, b)
         best = {True: float("inf"), False: float("inf")}
         for _ in range(batches):
             for native in best:
-                rmsnorm._native_on = native
+                module._native_on = native
                 start = time.perf_counter()
                 for _ in range(2000):
-                    rmsnorm.rms_norm(x, w, 1e-5)
+                    call()
                 best[native] = min(best[native], (time.perf_counter() - start) / 2000)
-        rmsnorm._native_on = True
+        module._native_on = True
         ratio = best[True] / best[False]
         print(f"{b:>4} {best[True] * 1e6:>10.1f} {best[False] * 1e6:>9.1f} {ratio:>6.2f}")
 
@@ -131,8 +149,8 @@ def main() -> None:
     if not q4mm.available():
         raise SystemExit("the native kernels cannot be built here: nothing to compare")
     rows = [int(x) for x in args.rows.split(",")]
-    if args.switch == "norm":
-        norm_figures(rows, args.batches)
+    if args.switch != "attention":
+        call_figures(rows, args.batches, args.switch)
     else:
         kernel_figures(rows, [int(x) for x in args.keys.split(",")], args.batches)
     contexts = [int(x) for x in args.context.split(",")]

@@ -27,12 +27,7 @@ from torch.nn import functional as F
 from inference import attention, prefill_attention, quant
 from inference.rmsnorm import install as install_norms
 from inference.rmsnorm import rms_norm
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # apply_rotary_pos_emb with rotate_half, op for op
-    half = x.shape[-1] // 2
-    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+from inference.rotary import rotate
 
 
 def _kernel_args(linear: quant.Int4Linear | quant.FusedInt4) -> tuple:
@@ -168,12 +163,12 @@ class DecodeStep:
             # q and k side by side in the fused output: rotated in one pass (the same
             # elementwise arithmetic on each element, half the calls)
             qkv = _int4(layer.qkv, x).view(b, 1, heads + 2 * kv_heads, d).transpose(1, 2)
-            qk = _rotate(qkv[:, : heads + kv_heads], cos, sin)
+            qk = rotate(qkv[:, : heads + kv_heads], cos, sin)
             q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
         else:
             q, k, v = (proj(x) for proj in layer.qkv_parts)
-            q = _rotate(q.view(b, 1, heads, d).transpose(1, 2), cos, sin)
-            k = _rotate(k.view(b, 1, kv_heads, d).transpose(1, 2), cos, sin)
+            q = rotate(q.view(b, 1, heads, d).transpose(1, 2), cos, sin)
+            k = rotate(k.view(b, 1, kv_heads, d).transpose(1, 2), cos, sin)
             v = v.view(b, 1, kv_heads, d).transpose(1, 2)
         outs = []
         for rows, mask, cache in spans:

@@ -39,9 +39,9 @@ QK = 32  # codes per block
 BLOCK_BYTES = 20  # float16 scale, float16 offset, 16 bytes of codes
 BLOCK8_BYTES = 34  # the LM head's: float16 scale, 32 int8 codes (GGUF's Q8_0)
 SOURCE = Path(__file__).with_name("q4mm.c")
-# one query's attention (inference/attention.py) and the RMS norm (inference/rmsnorm.py),
-# built into the same library
-SOURCES = (SOURCE, *(Path(__file__).with_name(n) for n in ("attend1.c", "rmsnorm.c")))
+# one query's attention (inference/attention.py), the RMS norm (inference/rmsnorm.py) and the
+# rotary embedding (inference/rotary.py), built into the same library
+SOURCES = (SOURCE, *(Path(__file__).with_name(n) for n in ("attend1.c", "rmsnorm.c", "rotary.c")))
 HEADER = Path(__file__).with_name("simd.h")  # what they all include
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
@@ -120,6 +120,8 @@ def library() -> ctypes.CDLL | None:
     lib.attend1.restype = ctypes.c_int
     lib.rmsnorm.argtypes = [c_ptr, c_ptr, c_ptr, ctypes.c_int, ctypes.c_int, ctypes.c_float]
     lib.rmsnorm.restype = ctypes.c_int
+    lib.rotary.argtypes = [c_ptr, c_long, c_ptr, c_ptr, c_ptr] + [ctypes.c_int] * 3
+    lib.rotary.restype = ctypes.c_int
     return lib
 
 

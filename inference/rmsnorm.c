@@ -14,25 +14,6 @@
 
 #include "simd.h"
 
-/* float32 lanes rounded to bfloat16 (to nearest, ties to even; NaN kept), still float32. */
-static inline __m256 round_bf16x8(__m256 f) {
-    const __m256i bits = _mm256_castps_si256(f), high = _mm256_set1_epi32((int)0xffff0000);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i up = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
-    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-    const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    return _mm256_blendv_ps(_mm256_castsi256_ps(_mm256_and_si256(up, high)),
-                            _mm256_castsi256_ps(_mm256_and_si256(quiet, high)), nan);
-}
-
-/* 8 float32 lanes that hold bfloat16 values exactly, stored as bfloat16. */
-static inline void store_bf16x8(uint16_t *p, __m256 f) {
-    const __m256i top = _mm256_srli_epi32(_mm256_castps_si256(f), 16);
-    const __m128i packed =
-        _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
-    _mm_storeu_si128((__m128i *)p, packed);
-}
-
 /* out[r] = rms_norm(x[r]) * w for `rows` packed rows, each `dim` wide (a multiple of 8).
  * Returns 0, or 1 for a width it does not take. */
 int rmsnorm(const uint16_t *x, const uint16_t *w, uint16_t *out, int rows, int dim, float eps) {

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from inference import attention, prefill_attention, quant
 from inference.rmsnorm import install as install_norms
-from inference.rmsnorm import rms_norm
+from inference.rmsnorm import is_llama_norm, rms_norm
 from inference.rotary import rotate
 
 
@@ -62,7 +62,8 @@ class _Layer:
 
 
 def supports(model: Any) -> bool:
-    """A Llama model quantized to int4 with its projections fused, under sdpa attention."""
+    """A Llama model quantized to int4 with its projections fused, under sdpa attention, with
+    transformers' own norms (which the step swaps for its own: inference/rmsnorm.py)."""
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) != "llama" or config.hidden_act != "silu":
         return False
@@ -70,11 +71,15 @@ def supports(model: Any) -> bool:
         return False
     if not isinstance(getattr(model, "lm_head", None), quant.Int8Linear):
         return False
+    if not is_llama_norm(model.model.norm):
+        return False
     return all(
         isinstance(getattr(layer.self_attn, "qkv_int4", None), quant.FusedInt4)
         and isinstance(getattr(layer.mlp, "gate_up_int4", None), quant.FusedInt4)
         and isinstance(layer.self_attn.o_proj, quant.Int4Linear)
         and isinstance(layer.mlp.down_proj, quant.Int4Linear)
+        and is_llama_norm(layer.input_layernorm)
+        and is_llama_norm(layer.post_attention_layernorm)
         for layer in model.model.layers
     )
 

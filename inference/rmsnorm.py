@@ -74,6 +74,14 @@ def install(model: Any) -> int:
     return swapped
 
 
+def is_llama_norm(module: Any) -> bool:
+    """transformers' LlamaRMSNorm itself, or one install() swapped (not a subclass of it, whose
+    forward may differ)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    return type(module) in (LlamaRMSNorm, native_class())
+
+
 @functools.cache
 def native_class() -> type:
     from transformers.models.llama.modeling_llama import LlamaRMSNorm

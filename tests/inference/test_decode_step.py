@@ -106,3 +106,18 @@ def test_only_int4_llama_models_get_the_lean_step(loaded_model: Any) -> None:
     plain.config = copy.copy(loaded_model.model.config)
     plain.config.model_type = "qwen3"
     assert not supports(plain)
+
+
+def test_a_model_whose_norm_is_not_transformers_own_keeps_its_forward(
+    loaded_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step normalizes with inference/rmsnorm.py, which computes LlamaRMSNorm: a norm
+    that overrides it would give the step other logits than the model's forward."""
+
+    class ScaledNorm(type(loaded_model.model.model.norm)):
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return super().forward(hidden_states) * 2
+
+    layer = loaded_model.model.model.layers[7]
+    monkeypatch.setattr(layer.post_attention_layernorm, "__class__", ScaledNorm)
+    assert not supports(loaded_model.model)

@@ -17,9 +17,11 @@ calls. bench/README.md keeps the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -31,20 +33,26 @@ from inference.settings import Settings
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
 SENTENCE = "The keeper climbed the stairs of the lighthouse once more that night. "
-SWITCHES = {
-    "attention": attention,
-    "norm": rmsnorm,
-    "rotary": rotary,
-}  # modules whose _native_on is switched
+# the native parts compared, by --switch: modules whose _native_on is switched
+SWITCHES = {"attention": attention, "norm": rmsnorm, "rotary": rotary}
 WIDTH = 576  # the bundled model's hidden size
 
 
-def per_call(args: tuple, calls: int) -> float:
-    """Seconds per one_query(*args) in one batch of `calls`."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        attention.one_query(*args)
-    return (time.perf_counter() - start) / calls
+def best_each_way(
+    module: Any, call: Callable[[], Any], calls: int, batches: int
+) -> dict[bool, float]:
+    """Seconds per call() with `module`'s native part on (True) and off (False): the best of
+    `batches` interleaved batches of `calls` calls each; the native part is left on."""
+    best = {True: float("inf"), False: float("inf")}
+    for _ in range(batches):
+        for native in best:
+            module._native_on = native
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            best[native] = min(best[native], (time.perf_counter() - start) / calls)
+    module._native_on = True
+    return best
 
 
 def kernel_figures(rows: list[int], keys: list[int], batches: int) -> None:
@@ -57,14 +65,8 @@ def kernel_figures(rows: list[int], keys: list[int], batches: int) -> None:
             k = torch.randn(b, KV_HEADS, t + 64, DIM).to(torch.bfloat16)[:, :, :t]
             v = torch.randn(b, KV_HEADS, t + 64, DIM).to(torch.bfloat16)[:, :, :t]
             mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
-            calls = max(5, 20_000 // t)
-            best = {True: float("inf"), False: float("inf")}
-            for _ in range(batches):
-                for native in best:
-                    attention._native_on = native
-                    run = per_call((q, k, v, mask, 0.125), calls)
-                    best[native] = min(best[native], run)
-            attention._native_on = True
+            call = functools.partial(attention.one_query, q, k, v, mask, 0.125)
+            best = best_each_way(attention, call, max(5, 20_000 // t), batches)
             ratio = best[True] / best[False]
             print(
                 f"{b:>4} {t:>6} {best[True] * 1e6:>10.0f} {best[False] * 1e6:>9.0f} {ratio:>6.2f}",
@@ -85,20 +87,10 @@ def small_call(switch: str, rows: int) -> Callable[[], torch.Tensor]:
 
 
 def call_figures(rows: list[int], batches: int, switch: str) -> None:
-    module = SWITCHES[switch]
     print(f"{switch}, {torch.get_num_threads()} threads, best of {batches} interleaved batches")
     print(f"{'rows':>4} {'native us':>10} {'torch us':>9} {'ratio':>6}", flush=True)
     for b in rows:
-        call = small_call(switch, b)
-        best = {True: float("inf"), False: float("inf")}
-        for _ in range(batches):
-            for native in best:
-                module._native_on = native
-                start = time.perf_counter()
-                for _ in range(2000):
-                    call()
-                best[native] = min(best[native], (time.perf_counter() - start) / 2000)
-        module._native_on = True
+        best = best_each_way(SWITCHES[switch], small_call(switch, b), 2000, batches)
         ratio = best[True] / best[False]
         print(f"{b:>4} {best[True] * 1e6:>10.1f} {best[False] * 1e6:>9.1f} {ratio:>6.2f}")
 

@@ -17,18 +17,12 @@
 #define QK 32
 
 typedef struct {
-    uint16_t d; /* scale, float16 */
-    uint16_t m; /* offset (the block's value at code 0), float16 */
-    uint8_t qs[QK / 2]; /* byte j: element j in its low nibble, element j + 16 in its high */
-} block_q4_1;
-
-typedef struct {
     float d; /* scale */
     float s; /* d * sum of the codes */
 } scale_q8;
 
-/* Sum of each 4 adjacent products of unsigned bytes u and signed bytes s, as int32. With
- * VNNI one instruction does it; without, two, whose int16 middle step cannot saturate here
+/* The LM head's sum of each 4 adjacent products of unsigned bytes u and signed bytes s, as
+ * int32. With VNNI one instruction does it; without, two, whose int16 middle step cannot saturate here
  * (|u| <= 128, |s| <= 127: a pair sums to at most 32,512), so both give the same sums and a
  * reply does not depend on which CPU family built the kernel. */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
@@ -63,51 +57,84 @@ static void quantize_row(const uint16_t *x, int in, int8_t *q, scale_q8 *sc) {
 }
 
 #define MAX_ROWS 4
+#define GROUP 8 /* outputs whose 4-bit blocks are interleaved (pack's layout: q4mm.py) */
 
-/* One 4-bit block b of an output row into the ROWS rows' accumulators. */
-static inline __attribute__((always_inline)) void block4(
-    const block_q4_1 *blk, const int8_t *q, const scale_q8 *sc, const int ROWS, int b, int nb,
-    int in, __m256 *acc, float *mins) {
-    const __m256i low_mask = _mm256_set1_epi8(0x0f);
-    const float dw = _cvtsh_ss(blk->d), mw = _cvtsh_ss(blk->m);
-    const __m128i raw = _mm_loadu_si128((const __m128i *)blk->qs);
-    const __m256i codes =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low_mask);
-    for (int r = 0; r < ROWS; r++) {
-        const scale_q8 s = sc[(size_t)r * nb + b];
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * in + b * QK));
-        const __m256i sums = dot_u8s8(codes, xq);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * s.d), _mm256_cvtepi32_ps(sums), acc[r]);
-        mins[r] += mw * s.s;
-    }
+/* 4 int8 activations, the same in each of the 8 lanes */
+static inline __m256i bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
 }
 
-/* y[r, o] for o in [lo, hi), r < ROWS: ROWS is a constant in each caller and the two blocks
- * of an iteration have accumulators of their own, named, not indexed by the block: so they
- * stay in registers and consecutive blocks do not wait on one multiply-add chain. */
-static inline __attribute__((always_inline)) void dot_rows(
-    const block_q4_1 *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
-    int lo, int hi, uint16_t *y) {
-    const int nb = in / QK;
-    for (int o = lo; o < hi; o++) {
-        const block_q4_1 *wb = w + (size_t)o * nb;
-        __m256 even[MAX_ROWS], odd[MAX_ROWS];
-        float even_mins[MAX_ROWS], odd_mins[MAX_ROWS];
-        for (int r = 0; r < ROWS; r++) {
-            even[r] = odd[r] = _mm256_setzero_ps();
-            even_mins[r] = odd_mins[r] = 0.0f;
+/* Sum of each 4 adjacent products of unsigned codes u and signed activations s, added to the
+ * 8 int32 lanes of acc. With VNNI one instruction; without, maddubs and an int16 sum that is
+ * widened once per block (sum_i16). Both give the same exact sums. */
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define VNNI 1
+static inline __m256i acc_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+#else
+#define VNNI 0
+/* codes <= 15 and |activations| <= 127: a pair of products sums to at most 3,810, and a
+ * block's 8 such pairs per lane to 30,480, so the int16 sums neither saturate nor wrap */
+static inline __m256i acc_u8s8(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+}
+#endif
+
+/* Group g's 8 outputs for ROWS rows: per 32-input block b, each output's exact integer dot
+ * product, then acc = (d_w * d_x) * sum + acc, acc = m_w * s_x + acc, in float32, one block
+ * after another. An output's arithmetic is its own row's and its own weights' alone, so its
+ * bits do not depend on the rows or outputs computed beside it. */
+static inline __attribute__((always_inline)) void dot_group(
+    const uint8_t *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int nb, int in,
+    int out, int g, uint16_t *y) {
+    const __m256i low_mask = _mm256_set1_epi8(0x0f);
+    __m256 acc[MAX_ROWS];
+    for (int r = 0; r < ROWS; r++) acc[r] = _mm256_setzero_ps();
+    const uint8_t *blk = w + (size_t)g * nb * GROUP * 20;
+    for (int b = 0; b < nb; b++, blk += GROUP * 20) {
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        __m256i sums[MAX_ROWS];
+        for (int r = 0; r < ROWS; r++) sums[r] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * c));
+            const __m256i lo = _mm256_and_si256(raw, low_mask);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
+            for (int r = 0; r < ROWS; r++) {
+                const int8_t *x = q + (size_t)r * in + b * QK;
+                sums[r] = acc_u8s8(sums[r], lo, bcast4(x + 4 * c));
+                sums[r] = acc_u8s8(sums[r], hi, bcast4(x + 4 * c + 16));
+            }
         }
-        int b = 0;
-        for (; b + 1 < nb; b += 2) {
-            block4(wb + b, q, sc, ROWS, b, nb, in, even, even_mins);
-            block4(wb + b + 1, q, sc, ROWS, b + 1, nb, in, odd, odd_mins);
-        }
-        if (b < nb) block4(wb + b, q, sc, ROWS, b, nb, in, even, even_mins);
         for (int r = 0; r < ROWS; r++) {
-            const float v = hsum(_mm256_add_ps(even[r], odd[r])) + (even_mins[r] + odd_mins[r]);
-            y[(size_t)r * out + o] = f32_to_bf16(v);
+            const scale_q8 s = sc[(size_t)r * nb + b];
+#if VNNI
+            const __m256i isum = sums[r];
+#else
+            const __m256i isum = _mm256_madd_epi16(sums[r], _mm256_set1_epi16(1));
+#endif
+            const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(s.d));
+            acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[r]);
+            acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s.s), acc[r]);
         }
     }
+    for (int r = 0; r < ROWS; r++)
+        store_bf16x8(y + (size_t)r * out + (size_t)g * GROUP, round_bf16x8(acc[r]));
+}
+
+/* outputs [lo, hi) (whole groups) */
+static inline __attribute__((always_inline)) void dot_rows(
+    const uint8_t *w, const int8_t *q, const scale_q8 *sc, const int ROWS, int in, int out,
+    int lo, int hi, uint16_t *y) {
+    const int nb = in / QK;
+    for (int g = lo / GROUP; g < hi / GROUP; g++) dot_group(w, q, sc, ROWS, nb, in, out, g, y);
 }
 
 /* The LM head's weights: GGUF's Q8_0, 32 int8 codes with a float16 scale. */
@@ -164,7 +191,7 @@ typedef void (*dot_fn)(const void *, const int8_t *, const scale_q8 *, int, int,
 
 static void dot_outputs4(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
                          int out, int lo, int hi, uint16_t *y) {
-    BY_ROWS(dot_rows, (const block_q4_1 *)w)
+    BY_ROWS(dot_rows, (const uint8_t *)w)
 }
 
 static void dot_outputs8(const void *w, const int8_t *q, const scale_q8 *sc, int rows, int in,
@@ -199,8 +226,9 @@ static int matmul(dot_fn dot, const void *weights, const uint16_t *x, int rows, 
     return 0;
 }
 
-/* Q4_1 blocks (20 bytes per 32 weights). */
+/* Q4_1 blocks (20 bytes per 32 weights), 8 outputs' interleaved (q4mm.py's interleave). */
 int q4mm(const void *weights, const uint16_t *x, int rows, int in, int out, uint16_t *y) {
+    if (out % GROUP) return -1;
     return matmul(dot_outputs4, weights, x, rows, in, out, y);
 }
 

@@ -6,7 +6,10 @@ without AVX-512 (a Zen 3) that made it compute-bound at ~4 GB/s, and one stream 
 each activation row is quantized to int8 in blocks of 32 and a block's dot product is integer
 multiply-adds (AVX2; with VNNI, as on a Zen 4, one instruction where AVX2 takes two, giving
 the same sums: 5-13% less time per call there). Its weights are the GGUF's own blocks: a
-float16 scale and offset per 32 codes.
+float16 scale and offset per 32 codes, interleaved 8 outputs at a time (`interleave`) so
+that one instruction multiplies 4 codes of each of 8 outputs and a block's scales are one
+vector multiply: per row, 0.45-0.64x the time of reading one output's block at a time on a
+Zen 3.
 
 It is built with the system's C compiler (`cc -O3 -march=native -fopenmp`) into a cache
 folder keyed by the source, the compiler and this CPU's flags; where that fails (no compiler,
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 QK = 32  # codes per block
 BLOCK_BYTES = 20  # float16 scale, float16 offset, 16 bytes of codes
+GROUP = 8  # outputs whose blocks the 4-bit kernel reads interleaved (interleave)
 BLOCK8_BYTES = 34  # the LM head's: float16 scale, 32 int8 codes (GGUF's Q8_0)
 SOURCE = Path(__file__).with_name("q4mm.c")
 # one query's attention (inference/attention.py), the RMS norm (inference/rmsnorm.py) and the
@@ -149,6 +153,40 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.cat([head, nibbles], -1).reshape(out_f, -1).contiguous()
 
 
+def interleave(blocks: torch.Tensor) -> torch.Tensor:
+    """pack's blocks in the kernel's layout, the same bytes rearranged: each GROUP outputs'
+    block b side by side, their 8 float16 scales, their 8 offsets, then their codes in 4
+    chunks of 32 bytes, where byte 4 * o + e of chunk c holds output o's code 4c + e in its
+    low nibble and code 4c + 16 + e in its high one. One load then holds 4 codes of each of
+    the 8 outputs, against 4 activations broadcast: a block's products for 8 outputs in 8
+    instructions instead of 16, and their scales in one multiply (3.5x fewer instructions
+    per row than one output at a time, which on AVX2 made the kernel compute-bound)."""
+    out_f = blocks.shape[0]
+    if out_f % GROUP:
+        raise ValueError(f"out_features must be a multiple of {GROUP}, not {out_f}")
+    b = blocks.reshape(out_f // GROUP, GROUP, -1, BLOCK_BYTES).transpose(1, 2)  # [G, nb, 8, 20]
+    scales, offsets, nibbles = b[..., :2], b[..., 2:4], b[..., 4:]
+    codes = torch.cat([nibbles & 0x0F, nibbles >> 4], -1)  # [G, nb, 8, 32]: element order
+    quads = codes.reshape(*codes.shape[:3], 8, 4)  # [G, nb, 8 outputs, 8 quads, 4]
+    chunks = quads[..., :4, :] | (quads[..., 4:, :] << 4)  # [G, nb, 8, 4 chunks, 4]
+    parts = [scales.flatten(-2), offsets.flatten(-2), chunks.transpose(2, 3).flatten(-3)]
+    return torch.cat(parts, -1).reshape(out_f, -1).contiguous()
+
+
+def deinterleave(blocks: torch.Tensor) -> torch.Tensor:
+    """interleave's inverse: pack's layout (for tests and checks)."""
+    out_f = blocks.shape[0]
+    b = blocks.reshape(out_f // GROUP, -1, GROUP * BLOCK_BYTES)  # [G, nb, 160]
+    scales = b[..., :16].reshape(*b.shape[:2], GROUP, 2)
+    offsets = b[..., 16:32].reshape(*b.shape[:2], GROUP, 2)
+    chunks = b[..., 32:].reshape(*b.shape[:2], 4, GROUP, 4).transpose(2, 3)  # [G, nb, 8, 4, 4]
+    quads = torch.cat([chunks & 0x0F, chunks >> 4], 3)  # [G, nb, 8, 8 quads, 4]
+    codes = quads.reshape(*quads.shape[:3], QK)
+    nibbles = codes[..., : QK // 2] | (codes[..., QK // 2 :] << 4)
+    out = torch.cat([scales, offsets, nibbles], -1)  # [G, nb, 8, 20]
+    return out.transpose(1, 2).reshape(out_f, -1).contiguous()
+
+
 def unpack(blocks: torch.Tensor, in_features: int) -> torch.Tensor:
     """The float32 weights [out, in] that `blocks` stand for (for tests and checks)."""
     out_f = blocks.shape[0]
@@ -182,7 +220,8 @@ def unpack8(blocks: torch.Tensor, in_features: int) -> torch.Tensor:
 
 
 def mm(blocks: torch.Tensor, x: torch.Tensor, out_features: int) -> torch.Tensor:
-    """x [rows, in] bfloat16 times pack's 4-bit weights -> [rows, out] bfloat16."""
+    """x [rows, in] bfloat16 times 4-bit weights in interleave's layout -> [rows, out]
+    bfloat16."""
     return _call(library().q4mm, blocks, x, out_features)
 
 

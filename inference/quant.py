@@ -66,7 +66,8 @@ class Int4Linear(nn.Module):
         packed, scales_zeros = (None, None) if native else _pack_int4(linear.weight, group)
         self.register_buffer("packed", packed)
         self.register_buffer("scales_zeros", scales_zeros)
-        self.register_buffer("blocks", q4mm.pack(linear.weight) if native else None)
+        blocks = q4mm.interleave(q4mm.pack(linear.weight)) if native else None
+        self.register_buffer("blocks", blocks)
         # the original weights, not the 4-bit ones: closer to the source (int4 rounds its
         # scale and offset to bf16), and a prefill through them matches DTYPE=bfloat16 exactly
         self.register_buffer("dense", linear.weight.detach().to(torch.bfloat16))

@@ -28,6 +28,15 @@ def _q4_1_weights(out_f: int, in_f: int) -> torch.Tensor:
     return (codes * scale + offset).reshape(out_f, in_f)
 
 
+def _pack4(w: torch.Tensor) -> torch.Tensor:
+    """4-bit blocks in the kernel's layout."""
+    return q4mm.interleave(q4mm.pack(w))
+
+
+def _unpack4(blocks: torch.Tensor, in_features: int) -> torch.Tensor:
+    return q4mm.unpack(q4mm.deinterleave(blocks), in_features)
+
+
 def test_packing_keeps_a_q4_1_files_own_blocks_exactly() -> None:
     torch.manual_seed(0)
     w = _q4_1_weights(64, 96)
@@ -43,6 +52,24 @@ def test_packing_rounds_any_weight_to_within_half_a_step() -> None:
     groups = w.reshape(48, 2, 32)
     step = ((groups.amax(-1) - groups.amin(-1)) / 15).repeat_interleave(32, 1)
     assert ((got - w).abs() <= 0.5 * step + 1e-3 * w.abs().max()).all()
+
+
+def test_interleaving_rearranges_the_blocks_and_loses_nothing() -> None:
+    torch.manual_seed(9)
+    blocks = q4mm.pack(_q4_1_weights(24, 96))
+    mixed = q4mm.interleave(blocks)
+    assert mixed.shape == blocks.shape and not torch.equal(mixed, blocks)
+    # a group's block starts with its 8 outputs' scales, then their 8 offsets
+    first = mixed.reshape(3, -1)[0, :32].reshape(2, 8, 2)
+    assert torch.equal(first[0], blocks[:8, 0:2]) and torch.equal(first[1], blocks[:8, 2:4])
+    assert torch.equal(q4mm.deinterleave(mixed), blocks)
+    # a group's rows are its own: outputs 8..15 interleave alone as they do among the rest
+    assert torch.equal(q4mm.interleave(blocks[8:16]), mixed[8:16])
+
+
+def test_interleaving_wants_whole_groups_of_outputs() -> None:
+    with pytest.raises(ValueError, match="multiple of 8"):
+        q4mm.interleave(q4mm.pack(torch.randn(12, 64)))
 
 
 def test_8bit_packing_rounds_each_weight_to_within_half_a_step() -> None:
@@ -61,7 +88,7 @@ def test_the_kernels_multiply_like_their_weights_in_float(rows: int, bits: int) 
     torch.manual_seed(3)
     w = torch.randn(200 if bits == 8 else 96, 576)
     pack, unpack, mm = (
-        (q4mm.pack, q4mm.unpack, q4mm.mm) if bits == 4 else (q4mm.pack8, q4mm.unpack8, q4mm.mm8)
+        (_pack4, _unpack4, q4mm.mm) if bits == 4 else (q4mm.pack8, q4mm.unpack8, q4mm.mm8)
     )
     blocks = pack(w)
     x = torch.randn(rows, 576, dtype=torch.bfloat16)
@@ -77,7 +104,7 @@ def test_a_rows_bits_depend_neither_on_the_rows_beside_it_nor_on_the_threads(bit
     """A stream's logits must not change with the batch it shares a step with."""
     torch.manual_seed(4)
     w = torch.randn(544, 576)
-    blocks, mm = (q4mm.pack(w), q4mm.mm) if bits == 4 else (q4mm.pack8(w), q4mm.mm8)
+    blocks, mm = (_pack4(w), q4mm.mm) if bits == 4 else (q4mm.pack8(w), q4mm.mm8)
     x = torch.randn(FEW_ROWS + 3, 576, dtype=torch.bfloat16)
     threads = torch.get_num_threads()
     try:
@@ -115,7 +142,7 @@ def test_the_vnni_build_gives_the_plain_avx2_builds_bits(tmp_path, bits: int) ->
     torch.manual_seed(6)
     w = torch.randn(160, 576)
     w[:, ::7] *= 40  # groups whose codes reach both ends
-    blocks, name = (q4mm.pack(w), "q4mm") if bits == 4 else (q4mm.pack8(w), "q8mm")
+    blocks, name = (_pack4(w), "q4mm") if bits == 4 else (q4mm.pack8(w), "q8mm")
     x = torch.sign(torch.randn(FEW_ROWS + 1, 576)).to(torch.bfloat16)
     x[1] = torch.randn(576).to(torch.bfloat16)
     plain = _build_without_vnni(tmp_path)
@@ -130,7 +157,7 @@ def test_native_int4_layers_multiply_few_rows_in_4_bits_and_many_in_the_original
     layer = Int4Linear(linear, kernel="native")
     assert layer.packed is None and layer.blocks is not None
     few, many = torch.randn(1, 3, 96, dtype=torch.bfloat16), torch.randn(40, 96)
-    want_few = few.float() @ q4mm.unpack(layer.blocks, 96).T + linear.bias.float()
+    want_few = few.float() @ _unpack4(layer.blocks, 96).T + linear.bias.float()
     assert torch.allclose(layer(few).float(), want_few, atol=0.03, rtol=0.02)
     want_many = many @ linear.weight.T + linear.bias
     assert torch.allclose(layer(many).float(), want_many.float(), atol=0.05, rtol=0.02)

@@ -15,7 +15,7 @@ from inference.quant import FEW_ROWS, TILE, Int4Linear, Int8Linear
 def _steps(q: Int4Linear) -> torch.Tensor:
     """Each weight's quantization step (its group's scale), shaped like the weight."""
     if q.blocks is not None:
-        b = q.blocks.reshape(q.out_features, -1, q4mm.BLOCK_BYTES)[..., :2]
+        b = q4mm.deinterleave(q.blocks).reshape(q.out_features, -1, q4mm.BLOCK_BYTES)[..., :2]
         return b.contiguous().view(torch.float16)[..., 0].float().repeat_interleave(q.group, 1)
     return q.scales_zeros[..., 0].float().T.repeat_interleave(q.group, 1)
 
@@ -23,7 +23,7 @@ def _steps(q: Int4Linear) -> torch.Tensor:
 def _int4_weights(q: Int4Linear) -> torch.Tensor:
     """The 4-bit weights as the kernel sees them (torch's kernel applied to the identity)."""
     if q.blocks is not None:
-        return q4mm.unpack(q.blocks, q.in_features)
+        return q4mm.unpack(q4mm.deinterleave(q.blocks), q.in_features)
     eye = torch.eye(q.in_features, dtype=torch.bfloat16)
     return (
         torch.ops.aten._weight_int4pack_mm_for_cpu(eye, q.packed, q.group, q.scales_zeros).float().T

@@ -22,9 +22,9 @@ typedef struct {
 } scale_q8;
 
 /* The LM head's sum of each 4 adjacent products of unsigned bytes u and signed bytes s, as
- * int32. With VNNI one instruction does it; without, two, whose int16 middle step cannot saturate here
- * (|u| <= 128, |s| <= 127: a pair sums to at most 32,512), so both give the same sums and a
- * reply does not depend on which CPU family built the kernel. */
+ * int32. With VNNI one instruction does it; without, two, whose int16 middle step cannot
+ * saturate here (|u| <= 128, |s| <= 127: a pair sums to at most 32,512), so both give the
+ * same sums and a reply does not depend on which CPU family built the kernel. */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
@@ -57,7 +57,7 @@ static void quantize_row(const uint16_t *x, int in, int8_t *q, scale_q8 *sc) {
 }
 
 #define MAX_ROWS 4
-#define GROUP 8 /* outputs whose 4-bit blocks are interleaved (pack's layout: q4mm.py) */
+#define GROUP 8 /* outputs whose 4-bit blocks lie interleaved (q4mm.py's interleave) */
 
 /* 4 int8 activations, the same in each of the 8 lanes */
 static inline __m256i bcast4(const int8_t *q) {
@@ -66,9 +66,9 @@ static inline __m256i bcast4(const int8_t *q) {
     return _mm256_set1_epi32(v);
 }
 
-/* Sum of each 4 adjacent products of unsigned codes u and signed activations s, added to the
- * 8 int32 lanes of acc. With VNNI one instruction; without, maddubs and an int16 sum that is
- * widened once per block (sum_i16). Both give the same exact sums. */
+/* Products of unsigned codes u and signed activations s, added to acc: with VNNI each 4
+ * adjacent ones into an int32 lane, in one instruction; without, each 2 into an int16 lane
+ * (maddubs), widened to int32 once per block in dot_group. Both give the same exact sums. */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
 #define VNNI 1
 static inline __m256i acc_u8s8(__m256i acc, __m256i u, __m256i s) {

@@ -159,8 +159,9 @@ def interleave(blocks: torch.Tensor) -> torch.Tensor:
     chunks of 32 bytes, where byte 4 * o + e of chunk c holds output o's code 4c + e in its
     low nibble and code 4c + 16 + e in its high one. One load then holds 4 codes of each of
     the 8 outputs, against 4 activations broadcast: a block's products for 8 outputs in 8
-    instructions instead of 16, and their scales in one multiply (3.5x fewer instructions
-    per row than one output at a time, which on AVX2 made the kernel compute-bound)."""
+    instructions, and their scales in one multiply, where one output at a time spent most of
+    its instructions on each block's scalar float work (on AVX2 the kernel was
+    compute-bound). The same number of bytes as pack's."""
     out_f = blocks.shape[0]
     if out_f % GROUP:
         raise ValueError(f"out_features must be a multiple of {GROUP}, not {out_f}")

@@ -17,6 +17,8 @@ reply) drops that connection and asks redis-py instead, which reconnects or rais
 always did.
 """
 
+import threading
+
 import redis
 from django.core.cache.backends import redis as django_redis
 
@@ -28,6 +30,17 @@ class ClientPerPool(django_redis.RedisCacheClient):
         super().__init__(*args, **kwargs)
         self._clients = {}
         self._lean = {}
+        self._making = threading.Lock()
+
+    def _get_connection_pool(self, write):
+        # Django's makes a pool the first time an index is asked for, unlocked: threads that
+        # ask at once each made one (and so a client each), of which only the last was kept
+        index = self._get_connection_pool_index(write)
+        pool = self._pools.get(index)
+        if pool is None:
+            with self._making:
+                pool = super()._get_connection_pool(write)
+        return pool
 
     def get_client(self, key=None, *, write=False):
         pool = self._get_connection_pool(write)

@@ -2,6 +2,7 @@
 by every call and thread, and the cache behaving as Django's. Skipped when Redis is absent."""
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -30,6 +31,34 @@ def test_every_call_and_thread_uses_one_client_of_the_pool(cache):
         thread.join()
     use()
     assert len({id(client) for client in seen}) == 1
+
+
+def test_threads_asking_for_the_first_time_at_once_share_one_pool_and_client():
+    """Django makes a pool on first use without a lock: threads that asked at the same
+    moment each got a pool and a client of their own (a flaky failure of the test above)."""
+    require_redis(REDIS_URL)
+    for _ in range(20):
+        cache = RedisCache(REDIS_URL, {"KEY_PREFIX": f"cache-test-{uuid.uuid4().hex}"})
+        start, seen = threading.Barrier(8), []
+        slow = cache._cache._pool_class.from_url
+
+        def from_url(*args, slow=slow, **kwargs):
+            time.sleep(0.002)  # as a real pool's construction yields to other threads
+            return slow(*args, **kwargs)
+
+        cache._cache._pool_class = type("SlowPool", (cache._cache._pool_class,), {})
+        cache._cache._pool_class.from_url = staticmethod(from_url)
+
+        def use(cache=cache, start=start, seen=seen):
+            start.wait()
+            seen.append(cache._cache.get_client())
+
+        threads = [threading.Thread(target=use) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len({id(client) for client in seen}) == 1
 
 
 def test_values_set_are_read_back_counted_and_deleted_as_djangos_cache_does(cache):

@@ -46,8 +46,8 @@ def test_threads_asking_for_the_first_time_at_once_share_one_pool_and_client():
             time.sleep(0.002)  # as a real pool's construction yields to other threads
             return slow(*args, **kwargs)
 
-        cache._cache._pool_class = type("SlowPool", (cache._cache._pool_class,), {})
-        cache._cache._pool_class.from_url = staticmethod(from_url)
+        base = cache._cache._pool_class
+        cache._cache._pool_class = type("SlowPool", (base,), {"from_url": staticmethod(from_url)})
 
         def use(cache=cache, start=start, seen=seen):
             start.wait()

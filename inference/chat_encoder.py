@@ -42,6 +42,29 @@ class ChatEncoder:
         self._lock = threading.Lock()  # prompts are encoded in several worker threads
         self.reuses = bool(self._added) and self._splits_whole(SAMPLE)
 
+    def after_reply(self) -> list[int]:
+        """The tokens the chat template puts between an assistant reply's text and the next
+        user message's (ChatML: <|im_end|>, "\n", <|im_start|>, "user", "\n"): the prompt of a
+        conversation's next turn holds them after the reply whatever the user asks, so they
+        can be computed with the reply before it arrives. [] where they cannot be told apart
+        (a tokenizer whose prompts are tokenized whole, a template that merges them with the
+        text around them)."""
+        if not self.reuses:
+            return []
+        reply, question = "Hello there.", "Zebra crossing?"
+        chat = [*SAMPLE[:2], Message("assistant", reply), Message("user", question)]
+        text = self._render(chat)
+        end = text.find(reply) + len(reply)
+        start = text.find(question, end)
+        if end < len(reply) or start < 0:
+            return []
+        before, between = self._tokens(text[:end]), self._tokens(text[end:start])
+        # what the template's own tokenization gives: the reply, then exactly those tokens
+        whole = encode_chat(self.tokenizer, chat)
+        if not between or whole[: len(before) + len(between)] != before + between:
+            return []
+        return between
+
     def encode(self, messages: list[Message]) -> list[int]:
         """The prompt tokens of a chat, through the model's chat template."""
         if not self.reuses:

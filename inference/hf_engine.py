@@ -44,6 +44,7 @@ class TransformersBackend:
         cache_bytes: int = 0,
         decode_threads: int | None = 0,
         step_seconds: float = 0.0,
+        after_reply: list[int] | None = None,
     ) -> None:
         """`decode_threads`: torch threads for a step of one sequence (0: as they are; None:
         whichever of 1 and all its steps run faster, inference/lone_threads.py)."""
@@ -57,7 +58,7 @@ class TransformersBackend:
         self.eos_ids = eos_ids
         if self.device.type == "cpu":
             q4mm.available()  # one-query attention's kernel: built here, not in the first step
-        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes, step_seconds)
+        self.prefiller = Prefiller(model, chunk_tokens, cache_bytes, step_seconds, after_reply)
         # the lean [batch, 1] forward where the model allows it (int4 Llama): same logits,
         # and it attends group by group, so rows of very different lengths need not share one
         # padded KV tensor (inference/batch.py)
@@ -195,6 +196,7 @@ class TransformersEngine(Engine):
             s.prefix_cache_mb * 2**20,
             None if s.decode_threads == "auto" else s.decode_threads,
             s.prefill_step_ms / 1000,
+            self.encoder.after_reply() if self.encoder else None,
         )
 
     def cache_stats(self) -> Any:

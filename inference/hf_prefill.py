@@ -59,10 +59,18 @@ PROBE_SLICE = 0.02
 
 class Prefiller:
     def __init__(
-        self, model: Any, chunk_tokens: int, cache_bytes: int, step_seconds: float = 0.0
+        self,
+        model: Any,
+        chunk_tokens: int,
+        cache_bytes: int,
+        step_seconds: float = 0.0,
+        after_reply: list[int] | None = None,
     ) -> None:
+        """`after_reply`: the tokens the chat template puts after a reply and before the next
+        user message (ChatEncoder.after_reply); a finished reply is cached with them."""
         register()
         self.model = model
+        self.after_reply = list(after_reply or [])
         cfg = model.config
         self.layers = cfg.num_hidden_layers
         self.kv_heads = cfg.num_key_value_heads
@@ -237,12 +245,23 @@ class Prefiller:
         # all of them, not only the whole blocks the cache keeps: the buffer kept for the
         # next turn (_take_sealed) then holds the reply's last partial block too, which that
         # turn would otherwise compute again among its own new tokens
-        tokens = list(seq.prompt_ids) + list(seq.generated)
         if self.cache is None or not seq.generated:
             return
+        tokens = list(seq.prompt_ids) + list(seq.generated) + self._next_turn_markup(seq)
         self.seals.append(PrefillJob(tokens, torch.empty(0)))  # its KV is set up when it runs
         while len(self.seals) > MAX_SEALS:
             self.seals.popleft()
+
+    def _next_turn_markup(self, seq: Any) -> list[int]:
+        """What the next turn's prompt will hold after this reply before its question: the
+        reply's end-of-turn token where the reply stopped short of it (max_tokens), then the
+        user turn's opening. A 4,000-token conversation's next turn then computes 11 new
+        tokens instead of 16: its prefill step 17% shorter on a Zen 3 (bench/README.md). A turn
+        that does not continue that way shares the buffer up to where it differs, as before."""
+        markup = self.after_reply
+        if markup and seq.generated[-1] == markup[0]:
+            return markup[1:]
+        return markup
 
     def reset(self) -> None:
         self.staged = None

@@ -33,13 +33,21 @@ STEP = 16  # narrow linear calls are multiples of this many rows, or SMALL_WIDTH
 # bfloat16 is emulated: 58 ms for 16 rows, 5 ms for 1, the same bits), and a prompt's one
 # new token (a resent prompt) goes through each layer as 1 row (the layers' float32 packed
 # calls on that Zen 3: 1 row 70-157 us, 16 rows 133-318 us, the same bits as 128 rows)
-SMALL_WIDTHS = (1, 2, 4, 8)
+# 12: a next turn's question and the assistant's opening, past the markup cached with the
+# reply before it (hf_prefill.Prefiller.finished): 11 rows in bench.long_context, 16 before
+SMALL_WIDTHS = (1, 2, 4, 8, 12)
 # narrow attention calls, in query rows per head: the cost of torch's CPU flash attention
 # rises in steps of its row count (against 4,096 keys in bfloat16 on a Zen 5: 0.8-0.9 ms at
 # 8 rows per head, 1.3 at 16, 2.1-2.4 at 24-32), so 8 rows fewer can be a step less. In one
 # process, alternating, next turns deep in a ~4,100-token conversation took 1-17% less
 # (medians of pairs) with these than with multiples of 16 (bench/README.md)
 ATTENTION_STEP = 8
+# and up to FINE_WIDTH rows per head, multiples of FINE_STEP starting at any multiple of it:
+# a next turn's 11 rows at offsets 39-49 of their tile took 16 rows (36-52) instead of 24
+# (32-56), 2.2 instead of 2.6 ms a layer against 3,840 keys on a Zen 3 (bench/README.md);
+# the probe checks these at every multiple of FINE_STEP, the larger ones of ATTENTION_STEP
+FINE_STEP = 4
+FINE_WIDTH = 16
 enabled = True  # tests turn it off to compare; nothing else does
 _linear: dict[tuple, tuple[int, ...]] = {}
 _attention: dict[tuple, tuple[int, ...]] = {}
@@ -66,7 +74,8 @@ def linear_rows(
 
 
 def attention_widths(key: tuple, prober: Callable[[], Callable]) -> tuple[int, ...]:
-    """Query rows per head (multiples of ATTENTION_STEP below a tile) an attention call of
+    """Query rows per head (multiples of ATTENTION_STEP below a tile, and of FINE_STEP up
+    to FINE_WIDTH, each checked at every start on its own grid) an attention call of
     shape `key` may take instead of its whole tile (key[0] rows). `prober()`, called once per
     key, makes the probe's call: `attend(r0, r1)` on the tile's rows [r0, r1), returning its
     outputs with the rows along their first axis."""
@@ -103,7 +112,13 @@ def _attention_steps(
 ) -> Generator[None, None, tuple[int, ...]]:
     """The probe of `full` where it was begun (taken over from _pending), else a new one."""
     begun = _pending.pop(full, None)
-    return begun if begun is not None else _probe_steps(prober(), full[0], ATTENTION_STEP)
+    if begun is not None:
+        return begun
+    tile = full[0]
+    fine = {w: FINE_STEP for w in range(FINE_STEP, min(FINE_WIDTH + 1, tile), FINE_STEP)}
+    coarse = {w: ATTENTION_STEP for w in range(ATTENTION_STEP, tile, ATTENTION_STEP)}
+    strides = {**coarse, **fine}
+    return _probe_steps(prober(), tile, ATTENTION_STEP, tuple(sorted(strides)), strides)
 
 
 def _finish(steps: Generator[None, None, tuple[int, ...]]) -> tuple[int, ...]:
@@ -157,10 +172,12 @@ def _probe_steps(
     tile: int,
     step: int,
     candidates: tuple[int, ...] | None = None,
+    strides: dict[int, int] | None = None,
 ) -> Generator[None, None, tuple[int, ...]]:
     """The widths (`candidates`, else the multiples of `step`) that took less time than the
     full call (best of two, at the tile's start) and gave exactly its rows wherever in the
-    tile they started (at multiples of `step`; of a candidate's own width). A width
+    tile they started (at multiples of `strides[width]`, else of `step`, or of a width
+    below STEP itself). A width
     that is not faster is not checked: the probe runs inside a prefill step when the server
     was not idle before it. Yields after each call, a point where it may pause."""
     full, full_time = _timed(call, 0, tile)
@@ -177,7 +194,7 @@ def _probe_steps(
         outs, spent = _timed(call, 0, width)
         yield
         if spent < full_time and same(0, width, outs):
-            stride = width if width < STEP else step
+            stride = strides[width] if strides else width if width < STEP else step
             kept = True
             for r0 in range(stride, tile - width + 1, stride):
                 kept = same(r0, width, call(r0, r0 + width))

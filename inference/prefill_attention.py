@@ -108,12 +108,8 @@ class PrefillPlan:
             return [(lo, hi, None)]
         edges = sorted({lo, hi, *range(lo - (lo - s) % TILE + TILE, hi, TILE)})
         out: list[tuple[int, int, tuple[int, int] | None]] = []
-        step = narrow.ATTENTION_STEP
         for a, b in zip(edges, edges[1:], strict=False):
-            r0 = (a - s) % TILE // step * step
-            r1 = -(-((b - s - 1) % TILE + 1) // step) * step
-            width = next((w for w in widths if w >= r1 - r0), None)
-            rows = None if width is None else (min(r0, TILE - width), min(r0, TILE - width) + width)
+            rows = _narrow_rows((a - s) % TILE, (b - s - 1) % TILE + 1, widths)
             if rows is None and out and out[-1][2] is None:
                 out[-1] = (out[-1][0], b, None)  # whole tiles together, one call
             else:
@@ -231,6 +227,20 @@ class PrefillPlan:
                 later, float("-inf")
             )
         return self._mask
+
+
+def _narrow_rows(r0: int, r1: int, widths: tuple[int, ...]) -> tuple[int, int] | None:
+    """The rows of a tile a call takes to cover its rows [r0, r1): the fewest of `widths`,
+    started on the fine grid where a fine width covers them (narrow.FINE_WIDTH), else on the
+    coarse one; None: the whole tile."""
+    grids = ((narrow.FINE_STEP, narrow.FINE_WIDTH), (narrow.ATTENTION_STEP, TILE))
+    for grid, largest in grids:
+        start, end = r0 // grid * grid, -(-r1 // grid) * grid
+        width = next((w for w in widths if end - start <= w <= largest), None)
+        if width is not None:
+            start = min(start, TILE - width)
+            return start, start + width
+    return None
 
 
 def _tiled(t: torch.Tensor, start: int, end: int, tiles: int) -> torch.Tensor:

@@ -121,3 +121,18 @@ def test_a_tokenizer_that_merges_across_its_added_tokens_tokenizes_every_prompt_
     assert not encoder.reuses
     text = "<s>user\nhi\n<s>assistant\n"
     assert encoder.encode([Message("user", "hi")]) == Merging()(text)["input_ids"]
+    # nor is the markup after a reply guessed: a reply is cached as it was decoded
+    assert encoder.after_reply() == []
+
+
+def test_the_markup_after_a_reply_is_the_templates_tokens_before_the_next_question(
+    tokenizer: _Counting,
+) -> None:
+    encoder = ChatEncoder(tokenizer)
+    markup = encoder.after_reply()
+    assert tokenizer.decode(markup) == "<|im_end|>\n<|im_start|>user\n"
+    history = _conversation(2, "markup")
+    prompt = encode_chat(tokenizer, history[:-1])  # up to the last reply's opening
+    reply = tokenizer(history[-1].content, add_special_tokens=False)["input_ids"]
+    turn = encode_chat(tokenizer, [*history, Message("user", "Next?")])
+    assert turn[: len(prompt) + len(reply) + len(markup)] == [*prompt, *reply, *markup]

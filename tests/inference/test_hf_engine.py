@@ -11,11 +11,11 @@ import pytest
 
 from inference.chat_encoder import encode_chat
 from inference.engine import Message
-from inference.hf_engine import TransformersBackend, eos_ids
+from inference.hf_engine import TransformersBackend, TransformersEngine, eos_ids
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Sequence
 from inference.textstream import IncrementalDetokenizer
-from tests.support.inference_app import greedy_sequence
+from tests.support.inference_app import greedy_sequence, model_settings
 
 pytestmark = pytest.mark.model
 PROMPT = "List the planets of the solar system, one per line, and say one thing about each."
@@ -152,3 +152,12 @@ def test_a_long_prompt_beside_short_ones_decodes_in_its_own_group_with_the_same_
     assert long > batch.SPLIT + 100 and max(groups) == 2  # the long one had a group to itself
     alone = [_staggered(loaded_model, backend, [p])[0] for p in prompts]
     assert together == alone
+
+
+def test_the_engine_caches_each_reply_with_its_templates_next_turn_markup(
+    loaded_model: Any,
+) -> None:
+    engine = TransformersEngine(model_settings(), loaded=loaded_model)
+    engine._load()
+    markup = engine._backend().prefiller.after_reply
+    assert markup and markup == engine.encoder.after_reply()

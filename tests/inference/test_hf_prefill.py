@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from inference.chat_encoder import encode_chat
+from inference.chat_encoder import ChatEncoder, encode_chat
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine
 from inference.hf_prefill import KV_TOKEN_DIM, Prefiller
@@ -417,4 +417,35 @@ def test_a_next_turn_computes_only_what_follows_the_reply_it_shares(
     job = prefiller._start(seq)
     assert job.kv.data_ptr() == kept_buffer and prefiller.sealed is None
     assert job.done == len(prompt) + kept
+    _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["eos", "max-tokens"])
+def test_a_finished_reply_is_cached_with_the_next_turns_opening_markup(
+    loaded_model: Any, ended: bool
+) -> None:
+    """The tokens between a reply and the next question (ChatML's end of turn, a newline,
+    <|im_start|>user, a newline) are the same whatever the user asks next: cached with the
+    reply, the next turn computes only its question and the assistant's opening. A reply cut
+    by max_tokens has no end-of-turn token of its own; the template adds it."""
+    tok = loaded_model.tokenizer
+    markup = ChatEncoder(tok).after_reply()
+    assert tok.decode(markup) == "<|im_end|>\n<|im_start|>user\n"
+    reply_text = "A summary of the notes."
+    history = [*TURN1, Message("assistant", reply_text)]
+    prompt = encode_chat(tok, TURN1)
+    prefiller = Prefiller(loaded_model.model, 0, 64 * 2**20, after_reply=markup)
+    turn1 = _Seq(prompt)
+    while not prefiller.step([turn1]):
+        pass
+    reply = tok(reply_text, add_special_tokens=False)["input_ids"]
+    turn1.generated = [*reply, markup[0]] if ended else reply
+    prefiller.finished(turn1)
+    while prefiller.has_background():
+        prefiller.background()
+    turn2 = encode_chat(tok, [*history, Message("user", "And in more detail?")])
+    assert turn2[: len(prompt) + len(reply) + len(markup)] == [*prompt, *reply, *markup]
+    seq = _Seq(turn2)
+    job = prefiller._start(seq)
+    assert job.done == len(prompt) + len(reply) + len(markup)  # all of it in place
     _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)

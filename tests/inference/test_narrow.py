@@ -35,10 +35,15 @@ def tile_call(tile: int, drift: dict[int, float], per_row_s: float = 2e-5):
 
 def test_a_width_is_kept_only_where_every_row_keeps_its_bits() -> None:
     call, calls = tile_call(64, {32: 1e-3}, per_row_s=1e-4)
-    assert narrow.attention_widths((64, "shape"), lambda: call) == (8, 16, 24, 40, 48, 56)
-    # every start at a multiple of ATTENTION_STEP was tried for each width kept
-    assert narrow.ATTENTION_STEP == 8
-    assert {(0, 8), (8, 16), (56, 64), (0, 48), (8, 56), (16, 64), (0, 56), (8, 64)} <= set(calls)
+    widths = narrow.attention_widths((64, "shape"), lambda: call)
+    assert widths == (4, 8, 12, 16, 24, 40, 48, 56)
+    # every start at a multiple of ATTENTION_STEP was tried for each width kept, and of
+    # FINE_STEP for the fine ones
+    assert (narrow.ATTENTION_STEP, narrow.FINE_STEP, narrow.FINE_WIDTH) == (8, 4, 16)
+    assert {(0, 48), (8, 56), (16, 64), (0, 56), (8, 64)} <= set(calls)
+    fine = {(r0, r0 + w) for w in (4, 8, 12, 16) for r0 in range(0, 64 - w + 1, 4)}
+    assert fine <= set(calls)
+    assert (4, 52) not in calls  # a coarse width only on its own grid
 
 
 def test_a_width_off_at_one_start_only_is_not_kept() -> None:
@@ -93,7 +98,7 @@ def test_a_probe_in_slices_keeps_what_a_probe_at_once_keeps() -> None:
         ran.append(len(calls) - before)
     # a timed call (best of two) or one check each; the last may only return what it found
     assert set(ran[:-1]) == {1, 2} and ran[-1] <= 2
-    assert narrow.attention_widths((64, "sliced"), prober) == (8, 16, 24, 40, 48, 56)
+    assert narrow.attention_widths((64, "sliced"), prober) == (4, 8, 12, 16, 24, 40, 48, 56)
     assert made == [1] and slices > 10 and not narrow._pending
 
 
@@ -107,7 +112,7 @@ def test_a_probe_begun_in_idle_time_is_finished_where_a_prompt_needs_it() -> Non
 
     assert not narrow.attention_probe_for((64, "begun"), prober, 0.0)
     begun = len(calls)
-    assert narrow.attention_widths((64, "begun"), prober) == (8, 16, 24, 40, 48, 56)
+    assert narrow.attention_widths((64, "begun"), prober) == (4, 8, 12, 16, 24, 40, 48, 56)
     assert made == [1] and calls[:begun] == [(0, 64), (0, 64)]  # not started over
     assert calls.count((0, 64)) == 2 and not narrow._pending
     assert narrow.attention_probe_for((64, "begun"), prober, 0.0)  # done: nothing to run
@@ -151,7 +156,7 @@ def test_the_last_rows_of_a_linear_get_the_narrowest_width_that_holds_them() -> 
         assert narrow.linear_rows(rows, weight, None, 128) == expect
 
 
-def test_a_tile_of_sixteen_rows_or_fewer_is_probed_at_one_two_four_and_eight_rows(
+def test_a_tile_of_sixteen_rows_or_fewer_is_probed_at_the_small_widths(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The LM head's prefill call (16 rows): a lone prompt's row need not pay for 15 more."""
@@ -159,7 +164,7 @@ def test_a_tile_of_sixteen_rows_or_fewer_is_probed_at_one_two_four_and_eight_row
     weight = torch.randn(4096, 576, dtype=torch.bfloat16)
     narrow.linear_rows(1, weight, None, 16)
     [widths] = narrow._linear.values()
-    assert set(widths) <= {1, 4, 8}  # 2 rows drifted: never used
+    assert set(widths) <= {1, 4, 8, 12}  # 2 rows drifted: never used
     for rows in (1, 2, 3, 9):
         expect = next((w for w in widths if w >= rows), 16)
         assert narrow.linear_rows(rows, weight, None, 16) == expect

@@ -119,3 +119,44 @@ def test_a_few_queries_take_widths_in_steps_of_eight_rows(
     out, _ = run_pieces(q, k, v, sizes)
     assert 3 * 24 in rows and 3 * 8 in rows and 3 * 32 not in rows
     assert torch.allclose(out.float(), whole.float(), atol=1e-2)
+
+
+def test_a_next_turns_few_queries_start_on_the_fine_grid(
+    qkv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """11 tokens at rows 39-49 of a tile (a next turn's question past the markup cached with
+    the reply): 16 rows from 36 where the fine widths are allowed, 24 from 32 on the coarse
+    grid alone; the same attention either way."""
+    q, k, v = qkv
+    start = 2 * ATTN_BLOCK + 39
+    sizes = [start, 11, q.shape[2] - start - 11]
+    whole, _ = run_pieces(q, k, v, [q.shape[2]])
+    monkeypatch.setattr(
+        narrow, "attention_widths", lambda key, prober: (4, 8, 12, 16, 24, 32, 40, 48, 56)
+    )
+    rows: list[int] = []
+    attend = prefill_attention._attend
+    monkeypatch.setattr(
+        prefill_attention, "_attend", lambda q, *a: rows.append(q.shape[2]) or attend(q, *a)
+    )
+    out, _ = run_pieces(q, k, v, sizes)
+    assert 3 * 16 in rows and 3 * 24 not in rows
+    assert torch.allclose(out.float(), whole.float(), atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("covered", "taken"),
+    [
+        ((39, 50), (36, 52)),  # fine grid: 16 rows
+        ((40, 44), (40, 44)),
+        ((62, 64), (60, 64)),
+        ((30, 50), (24, 56)),  # 20 rows on the fine grid are wider than FINE_WIDTH: coarse
+        ((58, 63), (56, 64)),
+        ((1, 63), None),  # no width but the whole tile
+    ],
+)
+def test_narrow_rows_cover_a_pieces_rows_on_the_grid_of_the_width_they_take(
+    covered: tuple[int, int], taken: tuple[int, int] | None
+) -> None:
+    widths = (4, 8, 12, 16, 24, 32, 40, 48, 56)
+    assert prefill_attention._narrow_rows(*covered, widths) == taken

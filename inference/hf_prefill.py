@@ -216,7 +216,9 @@ class Prefiller:
         if self.seals:
             job = self.seals[0]
             if job.kv.numel() == 0:  # set up when it first runs: the cache may hold more
+                guessed = job.guessed
                 job = self.seals[0] = self._job(job.tokens, None, False, NEXT_TURN_ROOM)
+                job.guessed = guessed
             if job.remaining:
                 budget = self.pace.budget(tile_cost([job], self.ratio))
                 self._run(plan_chunk([job], budget, self.ratio), budget)
@@ -247,8 +249,10 @@ class Prefiller:
         # turn would otherwise compute again among its own new tokens
         if self.cache is None or not seq.generated:
             return
-        tokens = list(seq.prompt_ids) + list(seq.generated) + self._next_turn_markup(seq)
-        self.seals.append(PrefillJob(tokens, torch.empty(0)))  # its KV is set up when it runs
+        markup = self._next_turn_markup(seq)
+        tokens = list(seq.prompt_ids) + list(seq.generated) + markup
+        # its KV is set up when it runs
+        self.seals.append(PrefillJob(tokens, torch.empty(0), guessed=len(markup)))
         while len(self.seals) > MAX_SEALS:
             self.seals.popleft()
 
@@ -275,7 +279,7 @@ class Prefiller:
         tokens = list(seq.prompt_ids)
         # a finished reply this prompt continues (its next turn) is cached with this prompt
         # when it completes: computing it in the background as well would only delay it
-        self.seals = deque(s for s in self.seals if not _continues(tokens, s.tokens))
+        self.seals = deque(s for s in self.seals if not _continues(tokens, s))
         job = self.jobs[id(seq)] = self._job(tokens, seq, count=True)
         self.arrived.add(id(seq))
         return job
@@ -317,7 +321,7 @@ class Prefiller:
         fits = sealed.kv.shape[KV_TOKEN_DIM] >= _whole_blocks(len(tokens))
         shared = min(_common(tokens, sealed.tokens), limit)
         again = request and shared == limit > 0  # all of a request's prompt it may take
-        if not fits or not (again or _enough(shared, len(sealed.tokens))):
+        if not fits or not (again or _enough(shared, len(sealed.tokens) - sealed.guessed)):
             return None, 0
         self._keep(None)  # one prompt's own from now on: its KV is written past `shared`
         # the KV past the tokens both share came from the old ones: it is computed again
@@ -472,8 +476,9 @@ def _whole_prompts(work: list[tuple[PrefillJob, int]]) -> bool:
     return all(n >= job.remaining for job, n in work)
 
 
-def _continues(tokens: list[int], history: list[int]) -> bool:
-    return _enough(_common(tokens, history), len(history))
+def _continues(tokens: list[int], seal: PrefillJob) -> bool:
+    """Whether a prompt continues a finished reply (whether or not it goes on as guessed)."""
+    return _enough(_common(tokens, seal.tokens), len(seal.tokens) - seal.guessed)
 
 
 def _whole_blocks(tokens: int) -> int:

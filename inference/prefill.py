@@ -38,6 +38,9 @@ class PrefillJob:
     seq: Any = None
     # a prompt sent before: its last token's logits, kept from then (Prefiller.first)
     first: torch.Tensor | None = None
+    # a finished reply's: tokens at its end that no request held, the next turn's markup
+    # (Prefiller.finished); a next turn that parts from them still continues the reply
+    guessed: int = 0
 
     @property
     def remaining(self) -> int:

@@ -449,3 +449,30 @@ def test_a_finished_reply_is_cached_with_the_next_turns_opening_markup(
     job = prefiller._start(seq)
     assert job.done == len(prompt) + len(reply) + len(markup)  # all of it in place
     _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)
+
+
+def test_a_next_turn_that_parts_from_its_reply_before_the_cached_markup_keeps_its_buffer(
+    loaded_model: Any,
+) -> None:
+    """The markup cached after a reply is a guess: a next turn that tokenizes the reply's
+    end otherwise parts before it, and still continues in the reply's buffer as it did
+    without the markup, although the markup crosses a cache block's edge."""
+    tok = loaded_model.tokenizer
+    markup = ChatEncoder(tok).after_reply()
+    prompt = encode_chat(tok, TURN1)
+    prefiller = Prefiller(loaded_model.model, 0, 64 * 2**20, after_reply=markup)
+    turn1 = _Seq(prompt)
+    while not prefiller.step([turn1]):
+        pass
+    reply = list(range(1000, 1000 + (BLOCK - 2 - len(prompt)) % BLOCK + BLOCK))
+    history = len(prompt) + len(reply)
+    assert history % BLOCK + len(markup) > BLOCK  # the markup ends in the next block
+    turn1.generated = reply  # cut by max_tokens: the markup starts with the end of turn
+    prefiller.finished(turn1)
+    while prefiller.has_background():
+        prefiller.background()
+    kept_buffer = prefiller.sealed.kv.data_ptr()
+    seq = _Seq([*prompt, *reply[:-2], 7, 8, 42])
+    job = prefiller._start(seq)
+    assert job.kv.data_ptr() == kept_buffer and job.done == history - 2
+    _completes_as_a_cold_prefill(loaded_model, prefiller, seq, job)

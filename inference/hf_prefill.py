@@ -4,9 +4,10 @@ Each call of `step` computes at most one chunk (PREFILL_CHUNK_TOKENS, shared fai
 prompts being prefilled) in one forward pass, so the scheduler can run a decode step of the
 running batch between chunks. A prompt starts from the longest prefix of it in the prefix
 cache, and its blocks go into the cache once it is computed. When a reply ends, its prompt and
-reply are prefilled again in the background, chunk by chunk once the model has been idle for a
-moment (scheduler.BACKGROUND_AFTER), and cached: the next turn of the conversation then finds
-the whole history. A next turn that comes sooner holds the reply in its own prompt, which then
+reply (and the chat template's markup that opens the next user turn) are prefilled again in
+the background, chunk by chunk once the model has been idle for a moment
+(scheduler.BACKGROUND_AFTER), and cached: the next turn of the conversation then finds the
+whole history. A next turn that comes sooner holds the reply in its own prompt, which then
 computes and caches it, and the background job is dropped. The reply's own KV,
 from the decode steps, is not reused, because it came from other kernels (the 4-bit weights,
 one query per call): a next turn built on it would answer differently than from scratch.

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.support.site_client import SiteClient
 
@@ -32,12 +33,21 @@ def reply_status(page) -> str | None:
 
 
 def wait_reply_status(page, status: str, timeout: float = 20000) -> None:
-    page.wait_for_function(
-        "s => { const m = [...document.querySelectorAll('.msg-assistant')].pop();"
-        " return Boolean(m) && m.dataset.status === s }",
-        arg=status,
-        timeout=timeout,
-    )
+    try:
+        page.wait_for_function(
+            "s => { const m = [...document.querySelectorAll('.msg-assistant')].pop();"
+            " return Boolean(m) && m.dataset.status === s }",
+            arg=status,
+            timeout=timeout,
+        )
+    except PlaywrightTimeout as timed_out:
+        # what the page shows instead, so that a failure says which way it went
+        shown = page.locator(".msg-assistant .msg-body").last
+        text = shown.inner_text() if shown.count() else ""
+        raise AssertionError(
+            f"the last reply is {reply_status(page)!r}, not {status!r}, after"
+            f" {timeout / 1000:g} s; it reads {text[:200]!r}"
+        ) from timed_out
 
 
 def reply_text(page) -> str:

@@ -115,10 +115,16 @@ def _attention_steps(
     if begun is not None:
         return begun
     tile = full[0]
-    fine = {w: FINE_STEP for w in range(FINE_STEP, min(FINE_WIDTH + 1, tile), FINE_STEP)}
-    coarse = {w: ATTENTION_STEP for w in range(ATTENTION_STEP, tile, ATTENTION_STEP)}
-    strides = {**coarse, **fine}
-    return _probe_steps(prober(), tile, ATTENTION_STEP, tuple(sorted(strides)), strides)
+    fine = range(FINE_STEP, min(FINE_WIDTH + 1, tile), FINE_STEP)
+    widths = sorted({*fine, *range(ATTENTION_STEP, tile, ATTENTION_STEP)})
+    strides = {w: attention_stride(w) for w in widths}
+    return _probe_steps(prober(), tile, ATTENTION_STEP, tuple(widths), strides)
+
+
+def attention_stride(width: int) -> int:
+    """The grid an attention call of `width` query rows per head starts on (and is probed
+    at every start of)."""
+    return FINE_STEP if width <= FINE_WIDTH else ATTENTION_STEP
 
 
 def _finish(steps: Generator[None, None, tuple[int, ...]]) -> tuple[int, ...]:

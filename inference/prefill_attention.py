@@ -230,14 +230,13 @@ class PrefillPlan:
 
 
 def _narrow_rows(r0: int, r1: int, widths: tuple[int, ...]) -> tuple[int, int] | None:
-    """The rows of a tile a call takes to cover its rows [r0, r1): the fewest of `widths`,
-    started on the fine grid where a fine width covers them (narrow.FINE_WIDTH), else on the
-    coarse one; None: the whole tile."""
-    grids = ((narrow.FINE_STEP, narrow.FINE_WIDTH), (narrow.ATTENTION_STEP, TILE))
-    for grid, largest in grids:
-        start, end = r0 // grid * grid, -(-r1 // grid) * grid
-        width = next((w for w in widths if end - start <= w <= largest), None)
-        if width is not None:
+    """The rows of a tile a call takes to cover its rows [r0, r1): the fewest of `widths`
+    (ascending) that covers them starting on its own grid (narrow.attention_stride); None:
+    the whole tile."""
+    for width in widths:
+        grid = narrow.attention_stride(width)
+        start = r0 // grid * grid
+        if -(-r1 // grid) * grid - start <= width:
             start = min(start, TILE - width)
             return start, start + width
     return None

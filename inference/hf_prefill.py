@@ -46,13 +46,17 @@ KV_TOKEN_DIM = 3  # [layers, 2, kv_heads, tokens, head_dim]
 NEXT_TURN_ROOM = 512
 # prompts whose first reply token's logits are kept (Prefiller.first): ~100 KB each
 MAX_FIRST = 16
-# A chunk that will go through in stages (streams are decoding) is planned for this many
-# steps' budget. Planned for one, a chunk rounded up to its tile edge came out just over the
-# budget and went in two stages of half a step each: a 4,000-token paste took 32 steps of a
-# median 102 ms where 180 were aimed at, each with a decode step of the running streams
-# between them (bench/README.md); now 19 steps of ~150 ms. A prompt admitted meanwhile that
-# fits one step does not wait for the chunk in progress to end (Prefiller._quick).
-STAGES_PER_CHUNK = 2
+# A chunk that will go through in stages (streams are decoding) is planned for up to this
+# many steps' budget, cut down to a tile edge: whichever fills its stages best
+# (Prefiller._fullest). Planned for one, a chunk rounded up to its tile edge came out just
+# over the budget and went in two stages of half a step each: a 4,000-token paste took 32
+# steps of a median 102 ms where 180 were aimed at, each with a decode step of the running
+# streams between them (bench/README.md). Planned for two, a tile that costs just over one
+# step (a paste's first ~1,000 positions at a step of 150 ms) still went in two halves: 77
+# stages of a median 113 ms where 150 were aimed at (a Zen 4); its best of one to four
+# takes 59 where 54 would be full (the same plan, simulated). A prompt admitted meanwhile
+# that fits one step does not wait for the chunk in progress to end (Prefiller._quick).
+MAX_STAGES_PER_CHUNK = 4
 # seconds of narrow-call probing (inference/narrow.py) per idle step: a request that arrives
 # meanwhile waits for the slice, not for the whole probe of a key block (up to 250 ms)
 PROBE_SLICE = 0.02
@@ -138,9 +142,7 @@ class Prefiller:
                 work = plan_chunk(jobs, budget, self.ratio)
                 return self._completed(work, self._run(work, budget))
             if decoding and self.pace.paced:
-                # cut down to a tile edge, not up past the stages' budget: a chunk just over
-                # it took a third stage
-                work = plan_chunk(jobs, budget * STAGES_PER_CHUNK, self.ratio, overshoot=1.0)
+                work = self._fullest(jobs, budget)
             else:
                 work = plan_chunk(jobs, budget, self.ratio)
             self.staged = self._begin(self._planned(work))
@@ -150,12 +152,30 @@ class Prefiller:
         work, self.staged = self.staged.work, None
         return self._completed(work, done)
 
+    def _fullest(self, jobs: list[PrefillJob], budget: float) -> list[tuple[PrefillJob, int]]:
+        """The chunk, planned for one to MAX_STAGES_PER_CHUNK steps' `budget` and cut down to
+        a tile edge (not up past the stages' budget: a chunk just over it took another
+        stage), whose stages come closest to filling the step time. A stage of one layer
+        over the step time is only for the smallest chunk."""
+        units = self.pace.units_in_step()
+        best: list[tuple[PrefillJob, int]] = []
+        best_fill = -1.0
+        for steps in range(1, MAX_STAGES_PER_CHUNK + 1):
+            work = plan_chunk(jobs, budget * steps, self.ratio, overshoot=1.0)
+            cost = chunk_cost(work, self.ratio)
+            if best and cost / len(self.stages.layers) > units:
+                break
+            fill = cost / (self.stages.stage_count(cost, units) * units)
+            if fill > best_fill:
+                best, best_fill = work, fill
+        return best
+
     def _quick(self, jobs: list[PrefillJob], decoding: bool) -> list[tuple[PrefillJob, int]]:
         """While streams decode, a step for the prompts admitted since the last chunk was
         planned that it computes whole, ahead of a long prompt's chunk in stages (at most one
         such step between two stages, each prompt once, so the chunk still goes on), or
         with the rest of the step shared by the other prompts when no chunk is in stages.
-        In a chunk planned for STAGES_PER_CHUNK steps, or behind one in stages, a short
+        In a chunk planned for two steps, or behind one in stages, a short
         question asked during another user's paste waited for its first token ~0.5 s
         (in-process, median) instead of ~0.26 s; ahead of it, ~0.06 s. [] for no such step."""
         new = [job for job in jobs if id(job.seq) in self.arrived]

@@ -107,11 +107,23 @@ class StagedForward:
         """How many layers of `staged` its next stage takes: the fewest stages whose cost
         fits in `budget` units, their layers shared evenly (18 and 12 layers made the first
         stage half again as long as the second), at least one layer each."""
-        left = len(self.layers) - staged.layer
-        cost = staged.cost * left / len(self.layers)
-        stages = math.ceil(cost / budget) if budget > 0 else 1
-        return max(1, math.ceil(left / max(1, stages)))
+        return _layers_within(len(self.layers), staged.layer, staged.cost, budget)
+
+    def stage_count(self, cost: float, budget: float) -> int:
+        """How many stages a chunk of `cost` units takes through the layers (layers_within
+        at every stage, the clock aside)."""
+        total, layer, stages = len(self.layers), 0, 0
+        while layer < total:
+            layer += _layers_within(total, layer, cost, budget)
+            stages += 1
+        return stages
 
     def share(self, staged: Staged, layers: int) -> float:
         """The cost of `layers` of the chunk's layers."""
         return staged.cost * layers / len(self.layers)
+
+
+def _layers_within(total: int, layer: int, cost: float, budget: float) -> int:
+    left = total - layer
+    stages = math.ceil(cost * left / total / budget) if budget > 0 else 1
+    return max(1, math.ceil(left / max(1, stages)))

@@ -168,7 +168,7 @@ async def test_greedy_replies_are_the_same_in_every_mode(loaded_model: Any) -> N
 
 def _steps(prefiller: Prefiller, prompt: list[int]) -> list[int]:
     """The tokens each prefill chunk computed for `prompt`, with no stream decoding (each
-    chunk one step: planned for one step's budget, not hf_prefill.STAGES_PER_CHUNK)."""
+    chunk one step: planned for one step's budget, not hf_prefill.MAX_STAGES_PER_CHUNK)."""
     seq, sizes, done = _Seq(prompt), [], 0
     while not prefiller.step([seq], decoding=False):
         if prefiller.jobs[id(seq)].done > done:

@@ -113,7 +113,9 @@ def test_a_deep_chunk_over_the_step_budget_takes_several_steps_of_fewer_layers(
     while not (done := prefiller.step([seq])):
         pass
     chunks = sum(ran) // layers
-    assert sum(ran) % layers == 0 and chunks >= len(prompt) // (128 * hf_prefill.STAGES_PER_CHUNK)
+    assert sum(ran) % layers == 0 and chunks >= len(prompt) // (
+        128 * hf_prefill.MAX_STAGES_PER_CHUNK
+    )
     assert max(ran) < layers  # no step took a chunk through every layer
     _, kv, logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
     assert torch.equal(done[id(seq)][0].kv, kv) and torch.equal(done[id(seq)][1], logits)
@@ -268,7 +270,9 @@ def test_a_new_prompt_between_chunks_shares_its_step_with_the_long_prompts_next_
 ) -> None:
     long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
     _, long_kv, long_logits = _prefill(Prefiller(loaded_model.model, 0, 0), long_)
-    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.29), 0.001)
+    # a step whose budget has room for the question and a tile of the paste after its first
+    # chunk (896 positions in 3 stages)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.35), 0.001)
     paste, question = _Seq(long_), _Seq(short)
     while prefiller.step([paste]) == {} and prefiller.staged is not None:
         pass  # to the end of the paste's first chunk
@@ -301,5 +305,28 @@ def test_while_streams_decode_chunks_end_on_tile_edges_within_their_steps_budget
     _prefill(prefiller, prompt)
     ends, costs = zip(*chunks, strict=True)
     assert len(chunks) >= 3 and all(end % ALIGN == 0 for end in ends[:-1])  # cut down, not up
-    assert max(costs) <= budget * hf_prefill.STAGES_PER_CHUNK
-    assert max(costs) > budget  # planned for more than one step
+    assert max(costs) <= budget * hf_prefill.MAX_STAGES_PER_CHUNK
+
+
+def test_while_streams_decode_a_long_prompts_stages_fill_the_step_time(loaded_model: Any) -> None:
+    """Where a tile costs just over a step (a paste's first positions), a chunk of one tile
+    went in two stages of half a step each, a decode step of the running streams after each:
+    the paste took ~1.4x the stages a full step each would. Chunks of a few tiles fill them."""
+    from inference.prefill import chunk_cost
+
+    prompt = _prompt(loaded_model, 0, chars=6000)
+    units = 115.0  # a tile at position 0 costs 128
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=units / 1000), 0.001)
+    costs, begin = [], prefiller._begin
+
+    def planned(work: Any) -> Any:
+        costs.append(chunk_cost(work, prefiller.ratio))
+        return begin(work)
+
+    prefiller._begin = planned  # type: ignore[method-assign]
+    steps, kv, logits = _prefill(prefiller, prompt)
+    stages = steps - 1  # the last chunk's LM head takes a step of its own
+    assert len(costs) >= 2 and sum(costs) / (stages * units) > 0.8
+    _, one_kv, one_logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
+    assert torch.equal(kv[:, :, :, : len(prompt)], one_kv[:, :, :, : len(prompt)])
+    assert torch.equal(logits, one_logits)

@@ -48,15 +48,19 @@ NEXT_TURN_ROOM = 512
 MAX_FIRST = 16
 # A chunk that will go through in stages (streams are decoding) is planned for up to this
 # many steps' budget, cut down to a tile edge: whichever fills its stages best
-# (Prefiller._fullest). Planned for one, a chunk rounded up to its tile edge came out just
-# over the budget and went in two stages of half a step each: a 4,000-token paste took 32
-# steps of a median 102 ms where 180 were aimed at, each with a decode step of the running
-# streams between them (bench/README.md). Planned for two, a tile that costs just over one
-# step (a paste's first ~1,000 positions at a step of 150 ms) still went in two halves: 77
-# stages of a median 113 ms where 150 were aimed at (a Zen 4); its best of one to four
-# takes 59 where 54 would be full (the same plan, simulated). A prompt admitted meanwhile
-# that fits one step does not wait for the chunk in progress to end (Prefiller._quick).
+# (Prefiller._fullest). Every stage costs the running streams a decode step after it.
+# Planned for one, a chunk rounded up to its tile edge came out just over the budget and
+# went in two stages of half a step each: a 4,000-token paste took 32 steps of a median
+# 102 ms where 180 were aimed at (bench/README.md). Planned for two, a tile that costs just
+# over one step (a paste's first ~1,000 positions at 150 ms a step) still went in two
+# halves: 77 stages of a median 113 ms over HTTP on a Zen 4. Best of one to four: in one
+# process, with 4 streams decoding between stages, 67 stages against 73 (medians of 4
+# interleaved rounds), the paste 0.94x as long.
 MAX_STAGES_PER_CHUNK = 4
+# the share of the step time stages are planned to fill: planned full, a VM's jitter made
+# the clock cut 12-26 of a paste's ~65 stages a layer short, and the layers left took a
+# stage of their own (inference/prefill_stages.py)
+STAGE_FILL = 0.9
 # seconds of narrow-call probing (inference/narrow.py) per idle step: a request that arrives
 # meanwhile waits for the slice, not for the whole probe of a key block (up to 250 ms)
 PROBE_SLICE = 0.02
@@ -155,9 +159,10 @@ class Prefiller:
     def _fullest(self, jobs: list[PrefillJob], budget: float) -> list[tuple[PrefillJob, int]]:
         """The chunk, planned for one to MAX_STAGES_PER_CHUNK steps' `budget` and cut down to
         a tile edge (not up past the stages' budget: a chunk just over it took another
-        stage), whose stages come closest to filling the step time. A stage of one layer
-        over the step time is only for the smallest chunk."""
-        units = self.pace.units_in_step()
+        stage), whose stages come closest to filling the step time; or the smallest of them
+        that completes a request's prompt (a question sharing the chunk waits for all its
+        stages). A stage of one layer over the step time is only for the smallest chunk."""
+        units = self.pace.units_in_step() * STAGE_FILL
         best: list[tuple[PrefillJob, int]] = []
         best_fill = -1.0
         for steps in range(1, MAX_STAGES_PER_CHUNK + 1):
@@ -165,6 +170,8 @@ class Prefiller:
             cost = chunk_cost(work, self.ratio)
             if best and cost / len(self.stages.layers) > units:
                 break
+            if _completes_request(work):
+                return work  # a prompt someone waits for goes in the fewest stages
             fill = cost / (self.stages.stage_count(cost, units) * units)
             if fill > best_fill:
                 best, best_fill = work, fill
@@ -393,7 +400,7 @@ class Prefiller:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
         are paced and `split`); the prompts it completed once it went through them all, else
         None."""
-        budget = self.pace.units_in_step()
+        budget = self.pace.units_in_step() * STAGE_FILL
         total = len(self.stages.layers)
         paced = self.pace.paced and split
         layers = self.stages.layers_within(staged, budget) if paced else total - staged.layer
@@ -495,6 +502,11 @@ def _enough(shared: int, history: int) -> bool:
 def _whole_prompts(work: list[tuple[PrefillJob, int]]) -> bool:
     """Whether a chunk (before it is counted done) completes every prompt in it."""
     return all(n >= job.remaining for job, n in work)
+
+
+def _completes_request(work: list[tuple[PrefillJob, int]]) -> bool:
+    """Whether a chunk completes a request's prompt (its first token waits for the chunk)."""
+    return any(job.seq is not None and n >= job.remaining for job, n in work)
 
 
 def _continues(tokens: list[int], seal: PrefillJob) -> bool:

@@ -293,7 +293,7 @@ def test_while_streams_decode_chunks_end_on_tile_edges_within_their_steps_budget
     from inference.prefill import ALIGN, chunk_cost
 
     prompt = _prompt(loaded_model, 0, chars=6000)
-    budget = 290
+    budget = 150
     prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=budget / 1000), 0.001)
     chunks, begin = [], prefiller._begin
 
@@ -330,3 +330,29 @@ def test_while_streams_decode_a_long_prompts_stages_fill_the_step_time(loaded_mo
     _, one_kv, one_logits = _prefill(Prefiller(loaded_model.model, 0, 0), prompt)
     assert torch.equal(kv[:, :, :, : len(prompt)], one_kv[:, :, :, : len(prompt)])
     assert torch.equal(logits, one_logits)
+
+
+def test_a_chunk_that_completes_a_question_is_planned_for_one_step(loaded_model: Any) -> None:
+    """A chunk of a few steps fills its stages better, but a question that shares it waits
+    for all of them: planned with a prompt it completes, a chunk takes one step's budget."""
+    from inference.prefill import chunk_cost, plan_chunk, tile_cost
+
+    long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
+    units = 115.0  # a tile at position 0 costs 128: a paste's chunk alone is several tiles
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=units / 1000), 0.001)
+    paste = prefiller._start(_Seq(long_))
+    budget = prefiller.pace.budget(tile_cost([paste], prefiller.ratio))
+    alone = prefiller._fullest([paste], budget)
+    assert chunk_cost(alone, prefiller.ratio) > budget
+    question = prefiller._start(_Seq(short))
+    shared = prefiller._fullest([paste, question], budget)
+    assert dict(shared)[question] == question.remaining
+    smallest = next(
+        work
+        for steps in range(1, hf_prefill.MAX_STAGES_PER_CHUNK + 1)
+        if dict(work := plan_chunk([paste, question], budget * steps, prefiller.ratio, 1.0)).get(
+            question
+        )
+        == question.remaining
+    )
+    assert shared == smallest

@@ -229,14 +229,17 @@ def test_a_chunk_in_stages_is_planned_to_fill_its_steps(loaded_model: Any) -> No
     assert sum(shares[:-1]) / len(shares[:-1]) >= 0.75 * budget  # and but the last, about full
 
 
+# 0.115: a tile costs 128 units, more than the step; the question's few rows do not
+@pytest.mark.parametrize("step_seconds", [0.29, 0.115])
 def test_a_short_prompt_admitted_during_a_chunk_in_stages_is_computed_in_the_next_step(
-    loaded_model: Any,
+    loaded_model: Any, step_seconds: float
 ) -> None:
     # a question asked during another user's paste does not wait for the paste's chunk
     long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)
+    assert len(short) < 128
     _, long_kv, long_logits = _prefill(Prefiller(loaded_model.model, 0, 0), long_)
     _, short_kv, short_logits = _prefill(Prefiller(loaded_model.model, 0, 0), short)
-    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=0.29), 0.001)
+    prefiller = _frozen(Prefiller(loaded_model.model, 256, 0, step_seconds=step_seconds), 0.001)
     paste, question = _Seq(long_), _Seq(short)
     assert prefiller.step([paste]) == {} and prefiller.staged is not None
     layer = prefiller.staged.layer

@@ -56,7 +56,8 @@ MAX_FIRST = 16
 # over one step (a paste's first ~1,000 positions at 150 ms a step) still went in two
 # halves: 77 stages of a median 113 ms over HTTP on a Zen 4. Best of one to four: in one
 # process, with 4 streams decoding between stages, 67 stages against 73 (medians of 4
-# interleaved rounds), the paste 0.94x as long.
+# interleaved rounds), the paste 0.94x as long; over HTTP 2-11 fewer stages, the paste's
+# time within the VM's spread (bench/README.md).
 MAX_STAGES_PER_CHUNK = 4
 # the share of the step time stages are planned to fill: planned full, a VM's jitter made
 # the clock cut 12-26 of a paste's ~65 stages a layer short, and the layers left took a

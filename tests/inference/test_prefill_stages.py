@@ -335,9 +335,10 @@ def test_while_streams_decode_a_long_prompts_stages_fill_the_step_time(loaded_mo
     assert torch.equal(logits, one_logits)
 
 
-def test_a_chunk_that_completes_a_question_is_planned_for_one_step(loaded_model: Any) -> None:
+def test_a_chunk_that_completes_a_question_is_the_smallest_that_does(loaded_model: Any) -> None:
     """A chunk of a few steps fills its stages better, but a question that shares it waits
-    for all of them: planned with a prompt it completes, a chunk takes one step's budget."""
+    for all of them: of the chunks planned for one to four steps, the first that completes
+    the question is taken."""
     from inference.prefill import chunk_cost, plan_chunk, tile_cost
 
     long_, short = _prompt(loaded_model, 0, chars=6000), _prompt(loaded_model, 3000, chars=200)

@@ -164,7 +164,7 @@ class Prefiller:
         stage), whose stages come closest to filling the step time; or the smallest of them
         that completes a request's prompt (a question sharing the chunk waits for all its
         stages). A stage of one layer over the step time is only for the smallest chunk."""
-        units = self.pace.units_in_step() * STAGE_FILL
+        units = self._stage_units()
         best: list[tuple[PrefillJob, int]] = []
         best_fill = -1.0
         for steps in range(1, MAX_STAGES_PER_CHUNK + 1):
@@ -178,6 +178,11 @@ class Prefiller:
             if fill > best_fill:
                 best, best_fill = work, fill
         return best
+
+    def _stage_units(self) -> float:
+        """The cost units a stage is planned to fill: what _fullest plans chunks by must be
+        what _stage splits them by."""
+        return self.pace.units_in_step() * STAGE_FILL
 
     def _quick(self, jobs: list[PrefillJob], decoding: bool) -> list[tuple[PrefillJob, int]]:
         """While streams decode, a step for the prompts admitted since the last chunk was
@@ -415,7 +420,7 @@ class Prefiller:
         """The chunk's next layers, as many as fit the step's time (all of them unless steps
         are paced and `split`); the prompts it completed once it went through them all, else
         None."""
-        budget = self.pace.units_in_step() * STAGE_FILL
+        budget = self._stage_units()
         total = len(self.stages.layers)
         paced = self.pace.paced and split
         layers = self.stages.layers_within(staged, budget) if paced else total - staged.layer

@@ -27,7 +27,7 @@ from inference.engine_factory import create_engine
 from inference.limits import BodyLimit
 from inference.metrics import Metrics
 from inference.sampling_params import TokenLogprob
-from inference.scheduler import ErrorEvent, FinishEvent, QueueFull, TokenEvent
+from inference.scheduler import ErrorEvent, FinishEvent, ProgressEvent, QueueFull, TokenEvent
 from inference.schemas import ChatCompletionRequest, ModelCard, ModelList
 from inference.settings import Settings
 from inference.wire import DONE, ChunkMaker, completion, error_body, sse
@@ -278,6 +278,8 @@ class _Run:
                     self._on_end(ev)
                     for chunk in self._final_chunks(ev, include_usage):
                         yield chunk
+                elif isinstance(ev, ProgressEvent):
+                    yield sse(self._progress(ev))
                 else:
                     outcome_set = True
                     self.metrics.requests.labels("error").inc()
@@ -295,6 +297,10 @@ class _Run:
             if not outcome_set:
                 self.metrics.requests.labels("disconnected").inc()
             await self.gen.aclose()  # frees the slot if the client went away
+
+    def _progress(self, ev: ProgressEvent) -> dict:
+        spent = round(max(0.0, ev.ts - self.arrival) * 1000)
+        return self.maker.progress(ev.total, ev.cached, ev.processed, spent, ev.ts)
 
     def _final_chunks(self, ev: FinishEvent, include_usage: bool) -> list[bytes]:
         out: list[bytes] = []

@@ -139,6 +139,9 @@ class TransformersBackend:
             use_cache=True,
         ).logits
 
+    def prompt_progress(self, seq: Sequence) -> tuple[int, int, int] | None:
+        return self.prefiller.progress(seq)
+
     def release(self, seqs: list[Sequence]) -> None:
         self.batch.leave(seqs)
         for s in seqs:

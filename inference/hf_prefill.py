@@ -189,7 +189,7 @@ class Prefiller:
         planned that it computes whole, ahead of a long prompt's chunk in stages (at most one
         such step between two stages, each prompt once, so the chunk still goes on), or
         with the rest of the step shared by the other prompts when no chunk is in stages.
-        In a chunk planned for two steps, or behind one in stages, a short
+        In a chunk planned for several steps, or behind one in stages, a short
         question asked during another user's paste waited for its first token ~0.5 s
         (in-process, median) instead of ~0.26 s; ahead of it, ~0.06 s. [] for no such step."""
         new = [job for job in jobs if id(job.seq) in self.arrived]
@@ -284,6 +284,13 @@ class Prefiller:
 
     def has_background(self) -> bool:
         return bool(self.seals or self.unprobed)
+
+    def progress(self, seq: Any) -> tuple[int, int, int] | None:
+        """(prompt tokens, of them from the cache, of them with their KV) of a prompt being
+        prefilled; None before its first step and after its last. A chunk in stages counts
+        once it is through every layer."""
+        job = self.jobs.get(id(seq))
+        return None if job is None else (len(job.tokens), job.cached, job.done)
 
     def finished(self, seq: Any) -> None:
         """A reply ended: cache its prompt and reply for the conversation's next turn."""

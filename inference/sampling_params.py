@@ -45,6 +45,9 @@ class SamplingParams:
     seed: int | None = None  # OpenAI: the same seed and parameters give the same reply
     stop: tuple[str, ...] = ()  # OpenAI: the reply ends before the first of these strings
     ignore_eos: bool = False  # vLLM's extension: benchmarks and tests need exact lengths
+    # llama.cpp server's extension (a stream only): how far the prompt's prefill has got,
+    # reported between its steps, so a client can show progress on a long paste
+    return_progress: bool = False
 
     @property
     def greedy(self) -> bool:

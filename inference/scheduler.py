@@ -69,7 +69,18 @@ class ErrorEvent:
     ts: float
 
 
-Event = TokenEvent | FinishEvent | ErrorEvent
+@dataclass(frozen=True)
+class ProgressEvent:
+    """How far a prompt's prefill has got (SamplingParams.return_progress): of `total`
+    prompt tokens, `processed` have their KV, `cached` of them from the prefix cache."""
+
+    total: int
+    cached: int
+    processed: int
+    ts: float
+
+
+Event = TokenEvent | FinishEvent | ErrorEvent | ProgressEvent
 
 
 @dataclass
@@ -110,6 +121,7 @@ class Sequence:
     done: bool = False
     _unsent: int = 0  # tokens produced but whose text is still held back
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
+    _progress: tuple[int, int, int] | None = None  # the last ProgressEvent's figures
 
     def __post_init__(self) -> None:
         self.stops = StopFilter(list(self.params.stop))
@@ -305,6 +317,9 @@ class Scheduler:
             return
         tokens = self.backend.prefill(list(self._prefilling))
         self.times.add("prefill", started)
+        self._report_progress(
+            [s for s, t in zip(self._prefilling, tokens, strict=True) if t is None]
+        )
         done = [(s, t) for s, t in zip(self._prefilling, tokens, strict=True) if t is not None]
         if done:
             self._prefilling = [
@@ -312,6 +327,23 @@ class Scheduler:
             ]
             self._running.extend(s for s, _ in done)
             self._advance([s for s, _ in done], [t for _, t in done])
+
+    def _report_progress(self, waiting: list[Sequence]) -> None:
+        """A ProgressEvent for each prompt still prefilling whose request asked for them,
+        where its prefill moved since the last one (a step of other prompts, or a stage of a
+        chunk that has not gone through every layer yet, moves nothing)."""
+        where = getattr(self.backend, "prompt_progress", None)
+        asked = [s for s in waiting if s.params.return_progress]
+        if where is None or not asked:
+            return
+        now = time.monotonic()
+        out: list[tuple[Sequence, Event]] = []
+        for seq in asked:
+            figures = where(seq)
+            if figures is not None and figures != seq._progress:
+                seq._progress = figures
+                out.append((seq, ProgressEvent(*figures, now)))
+        self._deliver(out)
 
     def _decode(self, _: None) -> None:
         if self._running:

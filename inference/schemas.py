@@ -114,6 +114,9 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = None
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM extension: keep generating past end-of-sequence
+    # llama.cpp server's extension: with `stream`, `prompt_progress` chunks while the prompt
+    # is prefilled (ignored without `stream`)
+    return_progress: bool = False
 
     @field_validator("stop", mode="after")
     @classmethod
@@ -159,6 +162,7 @@ class ChatCompletionRequest(BaseModel):
             logprobs=bool(self.logprobs),
             stop=tuple(self.stop or ()),
             ignore_eos=self.ignore_eos,
+            return_progress=self.return_progress and self.stream,
         )
 
     def token_limit(self) -> int | None:

@@ -84,8 +84,8 @@ class Settings(BaseSettings):
         "model, from the model's shape) because its attention reads every token before it, "
         "so each step takes about the same time; a chunk ends on a multiple of 128 positions "
         "(the prefill's matmul tile), up to a quarter past its share to reach one (while streams "
-        "decode, a chunk is planned for two steps and cut down to one). 0: whole "
-        "prompts in one step.",
+        "decode, a chunk is planned for one to four steps, run in stages of about one step "
+        "each). 0: whole prompts in one step.",
     )
     prefill_step_ms: int = Field(
         150,
@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     )
     fake_tokens_per_second: float = Field(
         20.0, description="Fake engine pace per sequence; <= 0 means as fast as possible."
+    )
+    fake_prefill_tokens_per_second: float = Field(
+        0.0,
+        description="Fake engine: prompt words (one token each) prefilled per second, in "
+        "chunks of 64 with the running streams' steps between them, so a long prompt takes "
+        "a while and reports its progress (return_progress); <= 0: a prompt in one step.",
     )
     model_cache_dir: Path = Field(
         DEFAULT_CACHE_DIR,

@@ -110,6 +110,15 @@ class ChunkMaker:
     def usage(self, prompt: int, completion: int, ts: float) -> dict[str, Any]:
         return self._chunk([], ts, usage=usage(prompt, completion))
 
+    def progress(
+        self, total: int, cached: int, processed: int, time_ms: int, ts: float
+    ) -> dict[str, Any]:
+        """llama.cpp server's `prompt_progress` chunk (return_progress): of `total` prompt
+        tokens, `processed` are done, `cached` of them from the cache, in `time_ms` since the
+        request arrived."""
+        progress = {"total": total, "cache": cached, "processed": processed, "time_ms": time_ms}
+        return self._chunk([], ts, prompt_progress=progress)
+
 
 def completion(
     request_id: str,

@@ -161,3 +161,36 @@ def test_the_engine_caches_each_reply_with_its_templates_next_turn_markup(
     engine._load()
     markup = engine._backend().prefiller.after_reply
     assert markup and markup == engine.encoder.after_reply()
+
+
+def _progress_until_first_token(backend: TransformersBackend, seq: Sequence) -> list[tuple]:
+    """prompt_progress after each prefill step of `seq` that did not finish its prompt."""
+    seen = []
+    while backend.prefill([seq])[0] is None:
+        seen.append(backend.prompt_progress(seq))
+    assert backend.prompt_progress(seq) is None  # done: nothing left to report
+    return seen
+
+
+def test_a_long_prompts_progress_climbs_to_its_first_token_and_counts_the_cache(
+    loaded_model: Any,
+) -> None:
+    backend = TransformersBackend(
+        loaded_model.model,
+        eos_ids(loaded_model.model, loaded_model.tokenizer),
+        chunk_tokens=128,
+        cache_bytes=64 << 20,
+    )
+    first = " ".join(f"Note {i}: the river rose again overnight." for i in range(60))
+    seq = greedy_sequence(loaded_model, first, 1)
+    seen = _progress_until_first_token(backend, seq)
+    total = len(seq.prompt_ids)
+    assert len(seen) >= 3 and {s[:2] for s in seen} == {(total, 0)}
+    done = [s[2] for s in seen]
+    assert done == sorted(set(done)) and done[0] > 0 and done[-1] < total
+    # a longer prompt that starts with it: its progress starts from the cached blocks
+    longer = first + " " + " ".join(f"Later {i}: the bridge held." for i in range(60))
+    again = greedy_sequence(loaded_model, longer, 1)
+    seen = _progress_until_first_token(backend, again)
+    cached = {s[1] for s in seen}
+    assert len(cached) == 1 and 0 < cached.pop() <= len(seq.prompt_ids) <= seen[0][2]

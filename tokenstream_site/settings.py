@@ -260,6 +260,10 @@ INFERENCE_MODELS_CACHE_SECONDS = env_int("INFERENCE_MODELS_CACHE_SECONDS", 60)
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
 INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)
 INFERENCE_READ_TIMEOUT = env_float("INFERENCE_READ_TIMEOUT", 30.0)
+# Ask the server for the prompt's progress while it reads a long one (llama.cpp's
+# `return_progress`, which ours speaks too; vLLM ignores it). 0 for a server that refuses
+# fields it does not know.
+INFERENCE_PROMPT_PROGRESS = env_bool("INFERENCE_PROMPT_PROGRESS", True)
 # How long to keep retrying a busy (503) inference server before failing the reply.
 INFERENCE_BUSY_RETRY_SECONDS = env_float("INFERENCE_BUSY_RETRY_SECONDS", 20.0)
 # Tokens the model can see; the history is trimmed to fit it with room for the reply.

@@ -8,7 +8,14 @@ from functools import cache
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from chat.inference_client.base import ChatRequest, Delta, Finish, InferenceClient, InferenceError
+from chat.inference_client.base import (
+    ChatRequest,
+    Delta,
+    Finish,
+    InferenceClient,
+    InferenceError,
+    Progress,
+)
 
 __all__ = [
     "ChatRequest",
@@ -16,6 +23,7 @@ __all__ = [
     "Finish",
     "InferenceClient",
     "InferenceError",
+    "Progress",
     "get_client",
     "reset_client",
 ]

@@ -22,6 +22,16 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far the server has got through the prompt before the first token (a server that
+    reports it: llama.cpp's `prompt_progress`, which ours speaks too)."""
+
+    processed: int
+    total: int
+    cached: int = 0
+
+
+@dataclass(frozen=True)
 class Finish:
     reason: str
     usage: dict = field(default_factory=dict)
@@ -45,7 +55,8 @@ class InferenceClient:
     def stream_chat(
         self, request: ChatRequest, on_delta: OnDelta | None = None
     ) -> AsyncIterator[Delta | Finish]:
-        """Yield Delta items then exactly one Finish; raise InferenceError on failure.
+        """Yield Delta items then exactly one Finish (Progress items may come before the
+        first Delta); raise InferenceError on failure.
         With on_delta, a backend may instead hand a Delta's text to on_delta as it arrives,
         called on the loop in its place among the items (each Delta handed or yielded, never
         both): the relay's hot path then wakes no task per token. A backend may ignore it."""

@@ -19,6 +19,7 @@ from chat.inference_client.base import (
     InferenceClient,
     InferenceError,
     OnDelta,
+    Progress,
 )
 from chat.inference_client.transport import StreamResponse, open_stream
 
@@ -134,6 +135,8 @@ def request_body(request: ChatRequest) -> dict:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if settings.INFERENCE_PROMPT_PROGRESS:
+        body["return_progress"] = True
     if request.model:
         body["model"] = request.model
     for name in ("max_tokens", "temperature", "top_p"):
@@ -230,6 +233,19 @@ def _text_chunk(payload: bytes) -> tuple[str, float | int | None] | None:
     return text, stamp
 
 
+def _progress(chunk: dict) -> Progress | None:
+    """A `prompt_progress` chunk's figures; None for any other chunk, or one whose figures
+    are not counts (a server's extension: nothing to fail the reply over)."""
+    figures = chunk.get("prompt_progress")
+    if not isinstance(figures, dict):
+        return None
+    counts = [figures.get(name) for name in ("processed", "total", "cache")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return None
+    processed, total, cached = counts
+    return Progress(min(processed, total), total, min(cached, total)) if total else None
+
+
 async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = None):
     """Delta per content chunk, then one Finish; the usage chunk may come after the
     finish_reason, so Finish waits for [DONE]. With on_delta, a plain text chunk that
@@ -286,6 +302,8 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
                             kind="upstream",
                         )
                     usage = chunk.get("usage") or usage
+                    if progress := _progress(chunk):
+                        yield progress
                     for choice in chunk.get("choices") or []:
                         text = (choice.get("delta") or {}).get("content")
                         if text:

@@ -18,7 +18,14 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from chat import usage
-from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, get_client
+from chat.inference_client import (
+    ChatRequest,
+    Delta,
+    Finish,
+    InferenceError,
+    Progress,
+    get_client,
+)
 from chat.models import Conversation, Message
 from chat.relay import prompt, saving
 from chat.relay.metrics import METRICS
@@ -41,6 +48,9 @@ FINAL_WRITE_ATTEMPTS = 30
 CLEANUP_SECONDS = 5.0
 # How long the end of a /v1 API reply waits for its reader's tap (RelayManager.ended).
 ENDED_KEPT_SECONDS = 60.0
+# The most often a reply's `message.progress` events go out while its prompt is read: a page
+# needs no more to move a progress bar, and a paste's every step would fill the event log.
+PROGRESS_INTERVAL = 0.25
 
 
 class RelayManager:
@@ -212,9 +222,29 @@ class RelayManager:
                         take(item.text, item.produced_at)
                     elif isinstance(item, Finish):
                         reply.finish = item
+                    elif isinstance(item, Progress):
+                        await self._progress(reply, item)
         finally:
             reply.done = True
             reply.wake.set()
+
+    async def _progress(self, reply: Reply, progress: Progress) -> None:
+        """How far the server has read the prompt, as a `message.progress` event: before the
+        first token only, at most one per PROGRESS_INTERVAL. Best effort: a progress event
+        that cannot be published is skipped (the tokens' own publishing reports a failure)."""
+        now = time.monotonic()
+        if reply.deltas or now - reply.progress_at < PROGRESS_INTERVAL:
+            return
+        reply.progress_at = now
+        data = {
+            "message_id": str(reply.message_id),
+            "processed": progress.processed,
+            "total": progress.total,
+        }
+        try:
+            await apublish(reply.conversation_id, "message.progress", data)
+        except Exception:  # noqa: BLE001 - see above
+            logger.warning("a progress event of %s was not published", reply.message_id)
 
     def _take(self, reply: Reply, text: str, produced_at: float | None) -> None:
         """A Delta's text, yielded to the pump or handed on from the connection's read."""

@@ -34,6 +34,7 @@ class Reply:
     seq: int = 0
     ttft: float | None = None
     deltas: int = 0
+    progress_at: float = float("-inf")  # when the last `message.progress` event went out
     finish: Finish | None = None
     done: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)

@@ -82,6 +82,15 @@ export function userView(message, { onEdit, onSwitch }) {
   return view;
 }
 
+// percent: how much of a long prompt the server has read (Reply.readPercent), null: none.
+function paintReading(n, percent) {
+  n.reading.hidden = percent === null;
+  if (percent === null) return;
+  n.reading.setAttribute("aria-valuenow", String(percent));
+  n.readingBar.style.width = `${percent}%`;
+  n.readingText.textContent = `Reading your message… ${percent}%`;
+}
+
 function assistantNodes() {
   const root = el("article", "msg msg-assistant");
   root.dataset.role = "assistant";
@@ -89,6 +98,15 @@ function assistantNodes() {
   const typing = el("div", "typing");
   typing.setAttribute("aria-label", "The model is writing");
   typing.append(el("span"), el("span"), el("span"));
+  // A long prompt takes the server a while to read: how far it got, as a bar and in words.
+  const reading = el("div", "reading");
+  reading.setAttribute("role", "progressbar");
+  reading.setAttribute("aria-valuemin", "0");
+  reading.setAttribute("aria-valuemax", "100");
+  const readingBar = el("span", "reading-bar");
+  const readingText = el("span", "reading-text");
+  reading.append(readingBar, readingText);
+  reading.hidden = true;
   const error = el("div", "msg-error");
   error.setAttribute("role", "alert");
   const errorText = el("p", "msg-error-text");
@@ -103,8 +121,11 @@ function assistantNodes() {
   const regen = actionButton("Regenerate reply", "regenerate", ICONS.regen);
   actions.append(copy, regen);
   foot.append(actions, meta);
-  root.append(body, typing, error, foot);
-  return { root, body, typing, error, errorText, retry, foot, actions, meta, copy, regen };
+  root.append(body, typing, reading, error, foot);
+  return {
+    root, body, typing, reading, readingBar, readingText, error, errorText, retry, foot,
+    actions, meta, copy, regen,
+  };
 }
 
 // A view of a Reply (reply.js). actions: onRegenerate(view), onRender() after each paint of
@@ -139,6 +160,7 @@ export function assistantView(reply, { onRegenerate, onRender, onSwitch, onRate 
         n.body.removeAttribute("aria-busy");
       }
       n.typing.hidden = !(streaming && !text);
+      paintReading(n, reply.readPercent);
       const problem = !streaming && (m.status === "failed" || m.status === "interrupted");
       n.error.hidden = !problem;
       if (problem) {

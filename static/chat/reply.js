@@ -17,6 +17,8 @@ export class Reply {
     this.expected = message.next_seq || 0;
     this.status = message.status;
     this.buffer = new Map();
+    // How far the server has read the prompt ({processed, total}), until the first text.
+    this.progress = null;
     this.fetching = false;
     this.refetchTimer = null;
     this.lastActivity = clock.now();
@@ -41,6 +43,7 @@ export class Reply {
   event(type, data) {
     if (type === "token") this.token(data.seq, data.text);
     else if (type === "message.start") this.start(data);
+    else if (type === "message.progress") this.prompted(data);
     else if (type === "message.end") this.end(data);
     else if (type === "message.error") this.fail(data);
   }
@@ -74,6 +77,22 @@ export class Reply {
 
   start(data) {
     if (data.model) this.message.model = data.model;
+  }
+
+  // The server is still reading a long prompt: how far it got (it is alive, so no refetch).
+  prompted(data) {
+    this.lastActivity = this.clock.now();
+    const { processed, total } = data;
+    if (!this.streaming || this.content || !(total > 0) || !(processed >= 0)) return;
+    if (this.progress && processed <= this.progress.processed) return; // an old one, replayed
+    this.progress = { processed: Math.min(processed, total), total };
+    this.onChange();
+  }
+
+  // The share of the prompt read, 0..100, while there is no text yet; null otherwise.
+  get readPercent() {
+    if (!this.streaming || this.content || !this.progress) return null;
+    return Math.floor((100 * this.progress.processed) / this.progress.total);
   }
 
   end(data) {

@@ -3,7 +3,7 @@
 // runner with fakes.
 import { systemClock } from "./clock.js";
 
-const EVENT_TYPES = ["message.start", "token", "message.end", "message.error"];
+const EVENT_TYPES = ["message.start", "message.progress", "token", "message.end", "message.error"];
 const SILENCE_LIMIT_MS = 50000; // keep-alives come every 20 s
 const CLOSED = 2; // EventSource.CLOSED
 const HELD_EVENTS_LIMIT = 5000;

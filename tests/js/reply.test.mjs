@@ -192,3 +192,42 @@ test("bind hands a live reply to a new view", () => {
   reply.event("token", token(0));
   assert.equal(painted, 1);
 });
+
+const progress = (processed, total = 400) => ({ message_id: "m1", processed, total });
+
+test("a long prompt's progress shows until the first text, never going back", () => {
+  const { reply, seen } = makeReply();
+  assert.equal(reply.readPercent, null);
+  reply.event("message.progress", progress(100));
+  assert.equal(reply.readPercent, 25);
+  reply.event("message.progress", progress(300));
+  reply.event("message.progress", progress(200)); // replayed after a reconnect: older
+  assert.equal(reply.readPercent, 75);
+  assert.equal(seen.changes, 2);
+  reply.event("token", token(0));
+  assert.equal(reply.readPercent, null);
+  reply.event("message.progress", progress(399));
+  assert.equal(reply.readPercent, null);
+  assert.equal(reply.content, tokens(0, 1));
+});
+
+test("progress that makes no sense, or comes after the end, shows nothing", () => {
+  const { reply } = makeReply();
+  for (const bad of [progress(5, 0), progress(-1), { message_id: "m1" }]) reply.event("message.progress", bad);
+  assert.equal(reply.readPercent, null);
+  reply.event("message.end", { finish_reason: "stop" });
+  reply.event("message.progress", progress(10));
+  assert.equal(reply.readPercent, null);
+});
+
+test("a reply whose prompt is still being read is not mistaken for a silent one", async () => {
+  const { reply, clock, seen } = makeReply(message(), () => message());
+  for (let second = 1; second <= 20; second++) {
+    await clock.advance(1000);
+    reply.event("message.progress", progress(second * 10));
+    reply.checkSilence();
+  }
+  await settle();
+  assert.equal(seen.fetches, 0);
+  assert.equal(reply.readPercent, 50);
+});

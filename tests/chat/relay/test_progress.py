@@ -1,0 +1,57 @@
+"""A long prompt's progress reaches the page as `message.progress` events, before the first
+token and no more often than the relay's interval, through the HTTP client against the fake
+engine prefilling at a known pace."""
+
+import asyncio
+
+import pytest
+
+from chat.relay import manager
+from chat.streaming import memory_log
+from tests.chat.relay.test_manager import published, send_and_relay
+from tests.support.factories import create_conversation
+from tests.support.processes import InferenceServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+WORDS = 600  # ~1.2 s of prefill at 500 words a second, a step (64 words) every ~0.13 s
+
+
+@pytest.fixture(scope="module")
+def slow_prefill(tmp_path_factory):
+    server = InferenceServer(
+        tmp_path_factory.mktemp("relay-prefill"),
+        engine="fake",
+        FAKE_TOKENS_PER_SECOND=200,
+        FAKE_PREFILL_TOKENS_PER_SECOND=500,
+    ).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def http_client(settings, slow_prefill, fresh_inference_client):
+    settings.INFERENCE_CLIENT = "chat.inference_client.http.HttpInferenceClient"
+    settings.INFERENCE_URLS = [slow_prefill.url]
+    settings.RELAY_FLUSH_INTERVAL = 0.05
+    memory_log.forget_all_channels()
+
+
+def test_a_long_prompt_publishes_its_progress_before_the_first_token():
+    conversation = create_conversation()
+    paste = " ".join(f"w{i}" for i in range(WORDS))
+    reply = asyncio.run(send_and_relay(conversation, paste))
+    assert reply.status == "complete" and reply.content == paste
+
+    events = published(conversation.id)
+    kinds = [kind for kind, _ in events]
+    first_token = kinds.index("token")
+    progress = [data for kind, data in events if kind == "message.progress"]
+    assert progress and set(kinds[1:first_token]) == {"message.progress"}
+    assert kinds[0] == "message.start" and "message.progress" not in kinds[first_token:]
+    assert {p["message_id"] for p in progress} == {str(reply.id)}
+    done = [p["processed"] for p in progress]
+    assert done == sorted(set(done)) and done[-1] < WORDS
+    assert len({p["total"] for p in progress}) == 1 and progress[0]["total"] >= WORDS
+    # the server reported every step (9 of them); the relay passed at most one per interval
+    prefill_seconds = WORDS / 500
+    assert len(progress) <= prefill_seconds / manager.PROGRESS_INTERVAL + 1 < 9

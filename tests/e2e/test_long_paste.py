@@ -1,0 +1,62 @@
+"""A long paste on a phone: while the server reads it, the reply shows how far it got, then
+the text replaces the progress."""
+
+import time
+
+import pytest
+
+from tests.e2e.page_helpers import norm, reply_text, send, wait_reply_status, words
+from tests.support.factories import unique_name
+from tests.support.processes import InferenceServer, SiteServer
+from tests.support.site_client import SiteClient
+
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+PASTE_WORDS = 800  # 4 s of prefill at 200 words a second, in steps of 64
+
+
+@pytest.fixture
+def slow_reader(tmp_path):
+    inference = InferenceServer(
+        tmp_path, engine="fake", FAKE_TOKENS_PER_SECOND=50, FAKE_PREFILL_TOKENS_PER_SECOND=200
+    ).start()
+    site = SiteServer(
+        tmp_path, tmp_path / "var", INFERENCE_URLS=inference.url, CHAT_DEFAULT_MAX_TOKENS=5
+    ).start()
+    yield site
+    site.stop()
+    inference.stop()
+
+
+def reading(page) -> tuple[bool, str, str | None]:
+    """The last reply's progress: shown, its words, its aria-valuenow."""
+    shown = page.locator(".msg-assistant .reading").last
+    if not shown.count() or not shown.is_visible():
+        return False, "", None
+    return True, norm(shown.inner_text()), shown.get_attribute("aria-valuenow")
+
+
+def test_a_long_paste_shows_how_much_of_it_the_server_has_read(slow_reader, open_page):
+    client = SiteClient(slow_reader.url).signup(unique_name())
+    page = open_page(slow_reader.url, client, viewport={"width": 390, "height": 844})
+    page.goto("/")
+    page.wait_for_selector("html[data-ready='1']")
+    paste = words(PASTE_WORDS, "p")
+    send(page, paste)
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not norm(reply_text(page)):
+        shown, text, value = reading(page)
+        if shown:
+            percent = int(value)
+            assert text == f"Reading your message… {percent}%"
+            if not seen or seen[-1] != percent:
+                seen.append(percent)
+            box = page.locator(".msg-assistant .reading").last.bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
+        time.sleep(0.05)
+    assert len(seen) >= 3, seen  # several steps' progress, as the server read the paste
+    assert seen == sorted(seen) and seen[0] > 0 and seen[-1] < 100
+    wait_reply_status(page, "complete")
+    assert norm(reply_text(page)) == " ".join(paste.split()[:5])
+    assert reading(page)[0] is False

@@ -261,8 +261,8 @@ INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
 INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)
 INFERENCE_READ_TIMEOUT = env_float("INFERENCE_READ_TIMEOUT", 30.0)
 # Ask the server for the prompt's progress while it reads a long one (llama.cpp's
-# `return_progress`, which ours speaks too; vLLM ignores it). 0 for a server that refuses
-# fields it does not know.
+# `return_progress`, which ours speaks too; vLLM ignores it). A server that refuses the field
+# is asked again without it (chat/inference_client/http.py); 0: never sent.
 INFERENCE_PROMPT_PROGRESS = env_bool("INFERENCE_PROMPT_PROGRESS", True)
 # How long to keep retrying a busy (503) inference server before failing the reply.
 INFERENCE_BUSY_RETRY_SECONDS = env_float("INFERENCE_BUSY_RETRY_SECONDS", 20.0)

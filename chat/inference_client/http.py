@@ -44,10 +44,16 @@ class _TryNext(Exception):
         self.error = error
 
 
+# The extension field that asks for the prompt's progress (INFERENCE_PROMPT_PROGRESS).
+PROGRESS_FIELD = "return_progress"
+
+
 class HttpInferenceClient(InferenceClient):
     def __init__(self) -> None:
         self.urls = [url.rstrip("/") for url in settings.INFERENCE_URLS]
         self.in_flight = {url: 0 for url in self.urls}
+        # servers that refused PROGRESS_FIELD (a strict OpenAI-compatible API): not sent again
+        self.without_progress: set[str] = set()
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.headers = {}
         if settings.INFERENCE_API_KEY:
@@ -71,14 +77,18 @@ class HttpInferenceClient(InferenceClient):
         return sorted(self.urls, key=lambda url: self.in_flight[url])
 
     async def stream_chat(self, request: ChatRequest, on_delta: OnDelta | None = None):
-        body = json.dumps(request_body(request)).encode()
+        fields = request_body(request)
+        bodies = (
+            json.dumps(fields).encode(),
+            json.dumps({k: v for k, v in fields.items() if k != PROGRESS_FIELD}).encode(),
+        )
         deadline = time.monotonic() + settings.INFERENCE_BUSY_RETRY_SECONDS
         backoff = 0.25
         while True:
             last_error = UNREACHABLE
             for url in self._by_load():
                 try:
-                    async for item in self._stream_from(url, body, on_delta):
+                    async for item in self._stream_to(url, bodies, on_delta):
                         yield item
                     return
                 except _TryNext as skip:
@@ -87,6 +97,24 @@ class HttpInferenceClient(InferenceClient):
                 raise last_error
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 4.0)
+
+    async def _stream_to(self, url: str, bodies: tuple[bytes, bytes], on_delta: OnDelta | None):
+        """The reply from `url`: asked with bodies[0], or with bodies[1] (no PROGRESS_FIELD)
+        where the server refused that field, then and from then on. A server refuses a
+        request before any item, so nothing was yielded when it is asked again."""
+        if url not in self.without_progress:
+            try:
+                async for item in self._stream_from(url, bodies[0], on_delta):
+                    yield item
+                return
+            except InferenceError as error:
+                refused = error.kind == "refused" and PROGRESS_FIELD in error.message
+                if bodies[0] == bodies[1] or not refused:
+                    raise
+                logger.warning("%s refused %s: asking it without from now on", url, PROGRESS_FIELD)
+                self.without_progress.add(url)
+        async for item in self._stream_from(url, bodies[1], on_delta):
+            yield item
 
     async def _stream_from(self, url: str, body: bytes, on_delta: OnDelta | None):
         self.in_flight[url] += 1
@@ -136,7 +164,7 @@ def request_body(request: ChatRequest) -> dict:
         "stream_options": {"include_usage": True},
     }
     if settings.INFERENCE_PROMPT_PROGRESS:
-        body["return_progress"] = True
+        body[PROGRESS_FIELD] = True
     if request.model:
         body["model"] = request.model
     for name in ("max_tokens", "temperature", "top_p"):

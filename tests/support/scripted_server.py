@@ -25,6 +25,11 @@ def chunk(text=None, finish=None, role=False) -> bytes:
     return f"data: {json.dumps(body)}\n\n".encode()
 
 
+# What a strict server ("strict") takes; anything else in a request body is a 400.
+STANDARD_FIELDS = {"messages", "model", "stream", "stream_options", "max_tokens", "temperature"}
+STANDARD_FIELDS |= {"top_p", "frequency_penalty", "presence_penalty", "seed", "stop"}
+
+
 class ScriptedHandler(BaseHTTPRequestHandler):
     """One request, served with the next behaviour of its ScriptedServer (`server.script`)."""
 
@@ -37,10 +42,17 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self._json(200, {"data": [{"id": "scripted", "context_length": 2048}]})
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         script = self.server.script
         script.requests += 1
+        script.bodies.append(request)
         behaviour = script.behaviours.pop(0) if script.behaviours else "ok"
+        if behaviour == "strict" and set(request) - STANDARD_FIELDS:
+            # a strict OpenAI-compatible API: a field it does not know is a 400 naming it
+            unknown = ", ".join(sorted(set(request) - STANDARD_FIELDS))
+            message = f"Unrecognized request argument supplied: {unknown}"
+            self._json(400, {"error": {"message": message, "type": "invalid_request_error"}})
+            return
         script.open_streams += 1
         try:
             getattr(self, f"_{behaviour}", None) and getattr(self, f"_{behaviour}")()
@@ -81,6 +93,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self._words()
         self.wfile.write(chunk(finish="stop") + b"data: [DONE]\n\n")
 
+    def _strict(self):  # a request with no unknown field
+        self._ok()
+
     def _error_chunk(self):
         self._start_stream()
         self._words()
@@ -112,12 +127,14 @@ class ScriptedHandler(BaseHTTPRequestHandler):
 
 
 class ScriptedServer:
-    """Behaviours: "ok", "503", "401", "404", "400", "error_chunk", "silent", "stall", "drop"."""
+    """Behaviours: "ok", "503", "401", "404", "400", "error_chunk", "silent", "stall", "drop",
+    "strict" (a 400 for a field outside STANDARD_FIELDS, else "ok")."""
 
     def __init__(self, behaviours: list[str], words=("Hello", " there", " friend")):
         self.behaviours = list(behaviours)
         self.words = words
         self.requests = 0
+        self.bodies: list[dict] = []  # each request's JSON, in order
         self.open_streams = 0
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedHandler)
         self.httpd.script = self

@@ -8,8 +8,9 @@ import pytest
 
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, Progress
 from chat.inference_client.http import HttpInferenceClient, _progress, request_body
-from tests.chat.inference_client.test_clients import drain
+from tests.chat.inference_client.test_clients import QUESTION, drain
 from tests.support.processes import InferenceServer
+from tests.support.scripted_server import ScriptedServer
 
 PASTE = [{"role": "user", "content": " ".join(f"w{i}" for i in range(300))}]
 
@@ -79,3 +80,24 @@ def test_a_progress_chunk_that_makes_no_sense_is_ignored(figures):
 def test_progress_past_the_total_is_read_as_the_total():
     chunk = {"prompt_progress": {"processed": 9, "total": 5, "cache": 7}}
     assert _progress(chunk) == Progress(processed=5, total=5, cached=5)
+
+
+def test_a_server_that_refuses_the_progress_field_is_asked_again_without_it(settings):
+    settings.INFERENCE_BUSY_RETRY_SECONDS = 0
+    with ScriptedServer(["strict"] * 3) as server:
+        settings.INFERENCE_URLS = [server.url]
+        client = HttpInferenceClient()
+        for _ in range(2):
+            items = asyncio.run(drain(client, ChatRequest(messages=QUESTION)))
+            assert "".join(i.text for i in items if isinstance(i, Delta)) == "Hello there friend"
+    # refused once, then left out for this server: the second reply took one request
+    assert ["return_progress" in body for body in server.bodies] == [True, False, False]
+
+
+def test_another_refusal_is_still_the_users_error(settings):
+    settings.INFERENCE_BUSY_RETRY_SECONDS = 0
+    with ScriptedServer(["400"]) as server:
+        settings.INFERENCE_URLS = [server.url]
+        with pytest.raises(InferenceError) as raised:
+            asyncio.run(drain(HttpInferenceClient(), ChatRequest(messages=QUESTION)))
+    assert raised.value.kind == "refused" and server.requests == 1

@@ -7,7 +7,7 @@ import pytest
 
 from tests.e2e.page_helpers import norm, reply_text, send, wait_reply_status, words
 from tests.support.factories import unique_name
-from tests.support.processes import InferenceServer, SiteServer
+from tests.support.processes import SiteServer, slow_reader
 from tests.support.site_client import SiteClient
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
@@ -16,16 +16,13 @@ PASTE_WORDS = 800  # 4 s of prefill at 200 words a second, in steps of 64
 
 
 @pytest.fixture
-def slow_reader(tmp_path):
-    inference = InferenceServer(
-        tmp_path, engine="fake", FAKE_TOKENS_PER_SECOND=50, FAKE_PREFILL_TOKENS_PER_SECOND=200
-    ).start()
-    site = SiteServer(
-        tmp_path, tmp_path / "var", INFERENCE_URLS=inference.url, CHAT_DEFAULT_MAX_TOKENS=5
-    ).start()
-    yield site
-    site.stop()
-    inference.stop()
+def slow_site(tmp_path):
+    with slow_reader(tmp_path, words_per_second=200, tokens_per_second=50) as inference:
+        site = SiteServer(
+            tmp_path, tmp_path / "var", INFERENCE_URLS=inference.url, CHAT_DEFAULT_MAX_TOKENS=5
+        ).start()
+        yield site
+        site.stop()
 
 
 def reading(page) -> tuple[bool, str, str | None]:
@@ -36,9 +33,9 @@ def reading(page) -> tuple[bool, str, str | None]:
     return True, norm(shown.inner_text()), shown.get_attribute("aria-valuenow")
 
 
-def test_a_long_paste_shows_how_much_of_it_the_server_has_read(slow_reader, open_page):
-    client = SiteClient(slow_reader.url).signup(unique_name())
-    page = open_page(slow_reader.url, client, viewport={"width": 390, "height": 844})
+def test_a_long_paste_shows_how_much_of_it_the_server_has_read(slow_site, open_page):
+    client = SiteClient(slow_site.url).signup(unique_name())
+    page = open_page(slow_site.url, client, viewport={"width": 390, "height": 844})
     page.goto("/")
     page.wait_for_selector("html[data-ready='1']")
     paste = words(PASTE_WORDS, "p")

@@ -1,6 +1,7 @@
 """Real processes for live tests and benchmarks: daphne serving the site and
 `python -m inference`, each on a free port with its output kept in a log file."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -124,6 +125,22 @@ class InferenceServer:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+@contextlib.contextmanager
+def slow_reader(log_dir: Path, words_per_second: float, tokens_per_second: float = 200):
+    """A started fake-engine server that reads prompts at `words_per_second` (in steps of
+    64 words, reporting its progress), for the tests of a long paste."""
+    server = InferenceServer(
+        log_dir,
+        engine="fake",
+        FAKE_TOKENS_PER_SECOND=tokens_per_second,
+        FAKE_PREFILL_TOKENS_PER_SECOND=words_per_second,
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 # Every test and benchmark signs up from 127.0.0.1, and some open hundreds of streams: the

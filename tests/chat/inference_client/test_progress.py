@@ -9,7 +9,7 @@ import pytest
 from chat.inference_client import ChatRequest, Delta, Finish, InferenceError, Progress
 from chat.inference_client.http import HttpInferenceClient, _progress, request_body
 from tests.chat.inference_client.test_clients import QUESTION, drain
-from tests.support.processes import InferenceServer
+from tests.support.processes import slow_reader
 from tests.support.scripted_server import ScriptedServer
 
 PASTE = [{"role": "user", "content": " ".join(f"w{i}" for i in range(300))}]
@@ -18,14 +18,8 @@ PASTE = [{"role": "user", "content": " ".join(f"w{i}" for i in range(300))}]
 @pytest.fixture(scope="module")
 def slow_prefill(tmp_path_factory):
     """300 prompt words take ~3 s to prefill, in steps of 64 (~0.6 s each)."""
-    server = InferenceServer(
-        tmp_path_factory.mktemp("slow-prefill"),
-        engine="fake",
-        FAKE_TOKENS_PER_SECOND=200,
-        FAKE_PREFILL_TOKENS_PER_SECOND=100,
-    ).start()
-    yield server
-    server.stop()
+    with slow_reader(tmp_path_factory.mktemp("slow-prefill"), words_per_second=100) as server:
+        yield server
 
 
 @pytest.fixture

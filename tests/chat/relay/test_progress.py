@@ -10,7 +10,7 @@ from chat.relay import manager
 from chat.streaming import memory_log
 from tests.chat.relay.test_manager import published, send_and_relay
 from tests.support.factories import create_conversation
-from tests.support.processes import InferenceServer
+from tests.support.processes import slow_reader
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WORDS = 600  # ~1.2 s of prefill at 500 words a second, a step (64 words) every ~0.13 s
@@ -18,14 +18,8 @@ WORDS = 600  # ~1.2 s of prefill at 500 words a second, a step (64 words) every 
 
 @pytest.fixture(scope="module")
 def slow_prefill(tmp_path_factory):
-    server = InferenceServer(
-        tmp_path_factory.mktemp("relay-prefill"),
-        engine="fake",
-        FAKE_TOKENS_PER_SECOND=200,
-        FAKE_PREFILL_TOKENS_PER_SECOND=500,
-    ).start()
-    yield server
-    server.stop()
+    with slow_reader(tmp_path_factory.mktemp("relay-prefill"), words_per_second=500) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -190,6 +190,9 @@ class Backend(Protocol):
 
     def is_eos(self, token_id: int) -> bool: ...
 
+    # Optional: prompt_progress(seq) -> (prompt tokens, of them cached, of them with their KV)
+    # or None, for requests that ask for their prompt's progress (Scheduler._report_progress).
+
 
 class Scheduler:
     def __init__(self, backend: Backend, max_batch: int, max_queue: int) -> None:
@@ -340,7 +343,8 @@ class Scheduler:
         out: list[tuple[Sequence, Event]] = []
         for seq in asked:
             figures = where(seq)
-            if figures is not None and figures != seq._progress:
+            # nothing computed yet (a step of other prompts' work): nothing to report
+            if figures is not None and figures != seq._progress and figures[2] > figures[1]:
                 seq._progress = figures
                 out.append((seq, ProgressEvent(*figures, now)))
         self._deliver(out)

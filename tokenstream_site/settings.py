@@ -256,7 +256,8 @@ INFERENCE_API_KEY = os.environ.get("INFERENCE_API_KEY", "")
 INFERENCE_MODEL = os.environ.get("INFERENCE_MODEL", "")
 # How long the servers' model list is trusted when checking a conversation's `model`.
 INFERENCE_MODELS_CACHE_SECONDS = env_int("INFERENCE_MODELS_CACHE_SECONDS", 60)
-# Seconds: connecting, waiting for the first token, and silence between two chunks.
+# Seconds: connecting, waiting for the first token (again after each chunk without text, such
+# as a progress report), and silence between two pieces of text.
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0)
 INFERENCE_FIRST_TOKEN_TIMEOUT = env_float("INFERENCE_FIRST_TOKEN_TIMEOUT", 120.0)
 INFERENCE_READ_TIMEOUT = env_float("INFERENCE_READ_TIMEOUT", 30.0)

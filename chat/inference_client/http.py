@@ -288,8 +288,18 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
     # relay's CPU. It moves only once it lags by more than `slack`, so the silence that
     # ends a reply is between read_timeout - slack and read_timeout.
     slack = min(1.0, read_timeout / 32)
+    first_wait = settings.INFERENCE_FIRST_TOKEN_TIMEOUT
+    texts = 0  # Deltas yielded here (those handed to on_delta count in response.handed)
     try:
-        async with asyncio.timeout(settings.INFERENCE_FIRST_TOKEN_TIMEOUT) as deadline:
+        async with asyncio.timeout(first_wait) as deadline:
+
+            def waited() -> None:
+                """Before the first text, a chunk without any (a long prompt's progress, a
+                role-only first chunk) gives the server another first-token wait, never
+                less than it had left: read_timeout is for silences between pieces of text."""
+                due = loop.time() + first_wait
+                if due > deadline.when() and not deadline.expired():
+                    deadline.reschedule(due)
 
             def moved() -> None:
                 due = loop.time() + read_timeout
@@ -319,6 +329,7 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
                 known = _text_chunk(payload)
                 if known is not None:
                     if known[0]:
+                        texts += 1
                         yield Delta(*known)
                 else:
                     chunk = json.loads(payload)
@@ -335,9 +346,13 @@ async def _parse_stream(response: StreamResponse, on_delta: OnDelta | None = Non
                     for choice in chunk.get("choices") or []:
                         text = (choice.get("delta") or {}).get("content")
                         if text:
+                            texts += 1
                             yield Delta(text, chunk.get("x_ts"))
                         finish_reason = choice.get("finish_reason") or finish_reason
-                moved()
+                if texts or response.handed:
+                    moved()
+                else:
+                    waited()
     except TimeoutError as exc:
         raise InferenceError(
             "The model server stopped answering: no new text for too long.",

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from inference.sampling_params import Sampled
-from inference.scheduler import FinishEvent, SamplingParams, Scheduler, Sequence, TokenEvent
+from inference.scheduler import (
+    FinishEvent,
+    ProgressEvent,
+    SamplingParams,
+    Scheduler,
+    Sequence,
+    TokenEvent,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +248,37 @@ async def test_step_times_count_each_kind_of_step_and_its_time() -> None:
 async def finish_submitted(sched: Scheduler, s: Sequence) -> list[Any]:
     sched.submit(s)
     return await finish(s)
+
+
+class ReportingBackend(ChunkedBackend):
+    """ChunkedBackend whose prompts report the scripted figures of `progress`, one per step:
+    (prompt tokens, cached, with their KV)."""
+
+    def __init__(self, progress: list[tuple[int, int, int]]) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def prompt_progress(self, s: Sequence) -> tuple[int, int, int]:
+        return self.progress[s.payload - self.left[id(s)] - 1]
+
+
+async def test_a_prompt_that_asked_is_told_each_move_of_its_prefill_and_only_moves() -> None:
+    # step 1 computed nothing for it (another prompt's chunk), step 3 moved nothing
+    backend = ReportingBackend([(100, 16, 16), (100, 16, 48), (100, 16, 48), (100, 16, 80)])
+    sched = Scheduler(backend, max_batch=4, max_queue=4)
+    asked = seq("asked", 5, 1)
+    asked.params = SamplingParams(max_tokens=1, return_progress=True)
+    quiet = seq("quiet", 5, 1)
+    sched.submit(asked)
+    sched.submit(quiet)
+    sched.start(asyncio.get_running_loop())
+    try:
+        events, others = await finish(asked), await finish(quiet)
+    finally:
+        sched.stop()
+    progress = [e for e in events if isinstance(e, ProgressEvent)]
+    assert [(e.total, e.cached, e.processed) for e in progress] == [(100, 16, 48), (100, 16, 80)]
+    assert events.index(progress[-1]) < next(
+        i for i, e in enumerate(events) if isinstance(e, TokenEvent)
+    )
+    assert not any(isinstance(e, ProgressEvent) for e in others)  # it did not ask

@@ -138,7 +138,7 @@ async def _reply(client) -> ReplyFigures:
         if isinstance(item, Delta):
             first = first or time.monotonic()
             deltas += 1
-        else:
+        elif isinstance(item, Finish):  # not a Progress report before the first token
             finish = item
     ended = time.monotonic()
     tokens = finish.usage.get("completion_tokens") or deltas

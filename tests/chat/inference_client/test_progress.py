@@ -26,7 +26,9 @@ def slow_prefill(tmp_path_factory):
 def client(settings, slow_prefill):
     settings.INFERENCE_URLS = [slow_prefill.url]
     settings.INFERENCE_FIRST_TOKEN_TIMEOUT = 1.5
-    settings.INFERENCE_READ_TIMEOUT = 1.5
+    # shorter than a prefill step (~0.6 s): a silence between two pieces of text, not before
+    # the first (each report gives the first-token wait again)
+    settings.INFERENCE_READ_TIMEOUT = 0.3
     return HttpInferenceClient()
 
 
@@ -43,7 +45,8 @@ def test_a_long_prompt_reports_its_progress_before_the_first_token(client):
 
 def test_progress_keeps_a_slow_prompt_alive_past_the_first_token_timeout(client):
     # ~3 s to the first token against a 1.5 s timeout: each step's progress shows the server
-    # is at work, where silence would be a hung server
+    # is at work, where silence would be a hung server; and its ~0.6 s steps are longer than
+    # the 0.3 s read timeout, which a report does not bring forward
     items = asyncio.run(drain(client, ChatRequest(messages=PASTE, max_tokens=1)))
     assert [i.text for i in items if isinstance(i, Delta)] == ["w0"]
 

@@ -25,12 +25,20 @@ def slow_site(tmp_path):
         site.stop()
 
 
-def reading(page) -> tuple[bool, str, str | None]:
-    """The last reply's progress: shown, its words, its aria-valuenow."""
-    shown = page.locator(".msg-assistant .reading").last
-    if not shown.count() or not shown.is_visible():
-        return False, "", None
-    return True, norm(shown.inner_text()), shown.get_attribute("aria-valuenow")
+# read in one go: the progress may give way to the reply's text between two separate reads
+READING = """() => {
+  const r = [...document.querySelectorAll('.msg-assistant .reading')].pop();
+  if (!r || r.hidden) return null;
+  const box = r.getBoundingClientRect();
+  return {text: r.innerText, value: r.getAttribute('aria-valuenow'),
+          left: box.left, right: box.right};
+}"""
+
+
+def reading(page) -> dict | None:
+    """The last reply's progress as shown (its words, aria-valuenow, edges); None: none."""
+    shown = page.evaluate(READING)
+    return shown and shown | {"text": norm(shown["text"])}
 
 
 def test_a_long_paste_shows_how_much_of_it_the_server_has_read(slow_site, open_page):
@@ -43,17 +51,16 @@ def test_a_long_paste_shows_how_much_of_it_the_server_has_read(slow_site, open_p
     seen: list[int] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not norm(reply_text(page)):
-        shown, text, value = reading(page)
+        shown = reading(page)
         if shown:
-            percent = int(value)
-            assert text == f"Reading your message… {percent}%"
+            percent = int(shown["value"])
+            assert shown["text"] == f"Reading your message… {percent}%"
+            assert 0 <= shown["left"] < shown["right"] <= 390  # on the phone's screen
             if not seen or seen[-1] != percent:
                 seen.append(percent)
-            box = page.locator(".msg-assistant .reading").last.bounding_box()
-            assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
         time.sleep(0.05)
     assert len(seen) >= 3, seen  # several steps' progress, as the server read the paste
     assert seen == sorted(seen) and seen[0] > 0 and seen[-1] < 100
     wait_reply_status(page, "complete")
     assert norm(reply_text(page)) == " ".join(paste.split()[:5])
-    assert reading(page)[0] is False
+    assert reading(page) is None

@@ -286,11 +286,18 @@ class Prefiller:
         return bool(self.seals or self.unprobed)
 
     def progress(self, seq: Any) -> tuple[int, int, int] | None:
-        """(prompt tokens, of them from the cache, of them with their KV) of a prompt being
-        prefilled; None before its first step and after its last. A chunk in stages counts
-        once it is through every layer."""
+        """(prompt tokens, of them from the cache, of them computed) of a prompt being
+        prefilled; None before its first step and after its last. A chunk part-way through
+        the layers in stages counts for the share of layers done: while streams decode, a
+        chunk takes up to MAX_STAGES_PER_CHUNK steps, and its prompt's progress moves with
+        each of them rather than once at its end."""
         job = self.jobs.get(id(seq))
-        return None if job is None else (len(job.tokens), job.cached, job.done)
+        if job is None:
+            return None
+        done, staged = job.done, self.staged
+        if staged is not None:
+            done += sum(n for piece, n in staged.work if piece is job) * staged.layer // self.layers
+        return len(job.tokens), job.cached, done
 
     def finished(self, seq: Any) -> None:
         """A reply ended: cache its prompt and reply for the conversation's next turn."""

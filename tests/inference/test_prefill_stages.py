@@ -360,3 +360,17 @@ def test_a_chunk_that_completes_a_question_is_the_smallest_that_does(loaded_mode
         == question.remaining
     )
     assert shared == smallest
+
+
+def test_a_prompts_progress_moves_with_each_stage_of_its_chunks(loaded_model: Any) -> None:
+    prompt = _prompt(loaded_model, 0)
+    prefiller = _frozen(Prefiller(loaded_model.model, 128, 0, step_seconds=0.064), 0.001)
+    seq, seen, chunks = _Seq(prompt), [], 0
+    while not prefiller.step([seq]):
+        seen.append(prefiller.progress(seq)[2])
+        chunks += prefiller.staged is None  # the step took a chunk through its last layer
+    # (all of it once the last chunk is through its layers, its LM head left for a stage)
+    assert seen == sorted(seen) and seen[-1] <= len(prompt)
+    # it moved at the steps that ended no chunk too (each stage), not only at the chunks' ends
+    assert len(set(seen)) > chunks + 1
+    assert prefiller.progress(seq) is None

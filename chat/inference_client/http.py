@@ -78,17 +78,14 @@ class HttpInferenceClient(InferenceClient):
 
     async def stream_chat(self, request: ChatRequest, on_delta: OnDelta | None = None):
         fields = request_body(request)
-        bodies = (
-            json.dumps(fields).encode(),
-            json.dumps({k: v for k, v in fields.items() if k != PROGRESS_FIELD}).encode(),
-        )
+        body = json.dumps(fields).encode()
         deadline = time.monotonic() + settings.INFERENCE_BUSY_RETRY_SECONDS
         backoff = 0.25
         while True:
             last_error = UNREACHABLE
             for url in self._by_load():
                 try:
-                    async for item in self._stream_to(url, bodies, on_delta):
+                    async for item in self._stream_to(url, fields, body, on_delta):
                         yield item
                     return
                 except _TryNext as skip:
@@ -98,22 +95,25 @@ class HttpInferenceClient(InferenceClient):
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 4.0)
 
-    async def _stream_to(self, url: str, bodies: tuple[bytes, bytes], on_delta: OnDelta | None):
-        """The reply from `url`: asked with bodies[0], or with bodies[1] (no PROGRESS_FIELD)
-        where the server refused that field, then and from then on. A server refuses a
-        request before any item, so nothing was yielded when it is asked again."""
-        if url not in self.without_progress:
+    async def _stream_to(self, url: str, fields: dict, body: bytes, on_delta: OnDelta | None):
+        """The reply from `url`: asked with `body` (`fields` encoded), or without
+        PROGRESS_FIELD where the server refused that field, then and from then on (the
+        history encoded again only then). A server refuses a request before any item, so
+        nothing was yielded when it is asked again."""
+        if PROGRESS_FIELD in fields and url in self.without_progress:
+            body = _without_progress(fields)
+        elif PROGRESS_FIELD in fields:
             try:
-                async for item in self._stream_from(url, bodies[0], on_delta):
+                async for item in self._stream_from(url, body, on_delta):
                     yield item
                 return
             except InferenceError as error:
-                refused = error.kind == "refused" and PROGRESS_FIELD in error.message
-                if bodies[0] == bodies[1] or not refused:
+                if error.kind != "refused" or PROGRESS_FIELD not in error.message:
                     raise
                 logger.warning("%s refused %s: asking it without from now on", url, PROGRESS_FIELD)
                 self.without_progress.add(url)
-        async for item in self._stream_from(url, bodies[1], on_delta):
+                body = _without_progress(fields)
+        async for item in self._stream_from(url, body, on_delta):
             yield item
 
     async def _stream_from(self, url: str, body: bytes, on_delta: OnDelta | None):
@@ -155,6 +155,10 @@ class HttpInferenceClient(InferenceClient):
         for client in list(self._clients.values()):
             await client.aclose()
         self._clients.clear()
+
+
+def _without_progress(fields: dict) -> bytes:
+    return json.dumps({k: v for k, v in fields.items() if k != PROGRESS_FIELD}).encode()
 
 
 def request_body(request: ChatRequest) -> dict:

@@ -27,12 +27,11 @@ prefill_attention.attention), so they stay bit for bit the same as each other.
 from __future__ import annotations
 
 import ctypes
-import time
 
 import torch
 from torch.nn import functional as F
 
-from inference import q4mm
+from inference import q4mm, quiet_timing
 
 FASTER = 1.2  # how much faster than sdpa this must be to be used (a tie goes to torch's own)
 _pays: bool | None = None
@@ -53,15 +52,11 @@ def measure(keys: int = 1000, rounds: int = 5) -> bool:
     each way, best of `rounds`: whether one_query takes at most 1 / FASTER of sdpa's time."""
     q = torch.randn(1, 9, 1, 64).to(torch.bfloat16)
     k, v = (torch.randn(1, 3, keys, 64).to(torch.bfloat16) for _ in range(2))
-    best = {"sdpa": float("inf"), "ours": float("inf")}
-    for _ in range(rounds):
-        for name in best:
-            start = time.perf_counter()
-            if name == "sdpa":
-                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-            else:
-                one_query(q, k, v, None, 0.125)
-            best[name] = min(best[name], time.perf_counter() - start)
+    calls = {
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        "ours": lambda: one_query(q, k, v, None, 0.125),
+    }
+    best = quiet_timing.fastest(calls, rounds)
     return best["ours"] * FASTER <= best["sdpa"]
 
 

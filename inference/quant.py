@@ -22,15 +22,15 @@ weights in float32 instead (`faster_dense_dtype`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-from inference import narrow, onednn, q4mm
+from inference import narrow, onednn, q4mm, quiet_timing
 
 GROUP = 32
 OUT_MULTIPLE = 16  # torch's CPU packing wants output rows in blocks of 16
@@ -369,13 +369,16 @@ def faster_dense_dtype(model: Any, rounds: int = 5) -> torch.dtype:
         torch.bfloat16: onednn.prepared(dense.to(torch.bfloat16)),
         torch.float32: onednn.prepared(dense.to(torch.float32)),
     }
-    best = dict.fromkeys(weights, float("inf"))
-    for _ in range(rounds):
-        for dtype, (w, is_packed) in weights.items():
-            start = time.perf_counter()
-            onednn.linear(x.to(dtype), w, None, is_packed).to(torch.bfloat16)
-            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    calls = {
+        dtype: functools.partial(_dense_call, x, dtype, *prepared)
+        for dtype, prepared in weights.items()
+    }
+    best = quiet_timing.fastest(calls, rounds)
     return torch.float32 if best[torch.bfloat16] > SLOWER * best[torch.float32] else torch.bfloat16
+
+
+def _dense_call(x: torch.Tensor, dtype: torch.dtype, w: torch.Tensor, is_packed: bool) -> None:
+    onednn.linear(x.to(dtype), w, None, is_packed).to(torch.bfloat16)
 
 
 def kernel_of(model: Any) -> str:
@@ -449,13 +452,8 @@ def _faster(layers: dict[str, nn.Module], in_features: int, rounds: int) -> str:
     """The key of `layers` ("native" or "torch") whose one-row call was faster (best of
     `rounds`)."""
     x = torch.randn(1, 1, in_features, dtype=torch.bfloat16)
-    best = dict.fromkeys(layers, float("inf"))
     with torch.inference_mode():
-        for _ in range(rounds):
-            for kernel, layer in layers.items():
-                start = time.perf_counter()
-                layer(x)
-                best[kernel] = min(best[kernel], time.perf_counter() - start)
+        best = quiet_timing.fastest({k: functools.partial(m, x) for k, m in layers.items()}, rounds)
     return "native" if best["native"] < best["torch"] else "torch"
 
 

@@ -404,10 +404,16 @@ def server_process(
     cmd: list[str], ready_path: str, port_flag: str, cwd: str | None = None
 ) -> Iterator[str | None]:
     """Runs `cmd` (in `cwd`) on a free port until the block ends; yields its URL once
-    `ready_path` answers 200, or None when it did not start (that baseline is then skipped)."""
+    `ready_path` answers 200, or None when it did not start (that baseline is then skipped).
+    It starts once the machine is quiet: our servers time their kernels against each other
+    as they load, and a server started while the one before was still probing in the
+    background (its first seconds) chose bfloat16 prefill on a Zen 3, 4x float32's time."""
     import socket
     import subprocess
 
+    from bench.measure import wait_for_quiet
+
+    wait_for_quiet()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

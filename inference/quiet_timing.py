@@ -5,8 +5,9 @@ kernel of the layers and of the LM head, the prefill's dtype, one query's attent
 while another process held a core, a choice flipped: on a 2-core AMD EPYC (Zen 3), a server
 started while another was busy chose bfloat16 for its prefill, which is 4x float32's time
 there, and kept it for its whole life (a 4,000-token prompt in 50 s instead of 13; others
-took torch's 4-bit kernel or its int8 LM head the same way). `make run` starts the site beside
-the model server, so a user's own machine can be that busy at load.
+took torch's 4-bit kernel or its int8 LM head the same way). The model server shares its
+machine with the site and whatever else its owner runs, and restarts whenever it is told to:
+a busy CPU at load is not only a benchmark's.
 
 So a timed call counts only when none of this process's threads waited for a CPU while it ran
 (their run-queue delay, /proc/self/task/*/schedstat, is the time they were ready to run and

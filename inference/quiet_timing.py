@@ -77,8 +77,9 @@ def fastest(
             return {name: min(times) for name, times in clean.items()}
         if clock() > deadline and all(len(times) >= rounds for times in every.values()):
             log.warning(
-                "the CPU was busy with other work while kernels were timed at load "
+                "the CPU was busy with other work while %s were timed at load "
                 "(%s clean times of %s): the choice may be off",
+                " against ".join(map(str, calls)),
                 min(len(times) for times in clean.values()),
                 rounds,
             )

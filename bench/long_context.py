@@ -218,21 +218,40 @@ async def paste_while_streaming(
         stop.set()
         streams = await asyncio.gather(*runners)
     window = (long_["start"], long_["times"][0] if long_["times"] else time.monotonic())
-    during, before = [], []
+    largest, before = largest_gap(streams, window, question), []
     for s in streams:
-        for a, b in zip(s["times"], s["times"][1:], strict=False):
-            if b >= window[0] and a <= window[1]:
-                during.append(b - a)
-            elif b < window[0]:
-                before.append(b - a)
+        before += [b - a for a, b in zip(s["times"], s["times"][1:]) if b < window[0]]
     return {
-        "max_gap": max(during, default=float("nan")),
+        **largest,
         "median_gap": statistics.median(before) if before else float("nan"),
         "ttft": ttft(long_),
         # nan where the paste's first token came first (the question did not overlap it)
         "question_ttft": ttft(question) if question["start"] < window[1] else float("nan"),
         "streaming": sum(1 for s in streams if s["times"] and s["times"][0] < window[0]),
         "steps": steps,
+    }
+
+
+def largest_gap(
+    streams: list[dict[str, Any]], window: tuple[float, float], question: dict[str, Any]
+) -> dict[str, Any]:
+    """The largest gap between two tokens of a stream that overlaps `window` (the paste's
+    prefill), where in the window it began (seconds from its start), and whether it overlaps
+    the question's own wait for its first token: which step an outlier held the streams in."""
+    gaps = [
+        (b - a, a)
+        for s in streams
+        for a, b in zip(s["times"], s["times"][1:])
+        if b >= window[0] and a <= window[1]
+    ]
+    if not gaps:
+        return {"max_gap": float("nan"), "max_gap_at": float("nan"), "max_gap_question": False}
+    gap, began = max(gaps)
+    asked = question["start"], (question["times"] or [math.inf])[0]
+    return {
+        "max_gap": gap,
+        "max_gap_at": began - window[0],
+        "max_gap_question": began <= asked[1] and began + gap >= asked[0],
     }
 
 
@@ -398,10 +417,10 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
             flush=True,
         )
     for label, rows in runs.items():  # the spread behind each median
-        gaps = ", ".join(f"{r['max_gap'] * 1000:.0f}" for r in rows)
+        gaps = ", ".join(_gap_text(r) for r in rows)
         pastes = ", ".join(f"{r['ttft']:.2f}" for r in rows)
         questions = ", ".join(f"{r['question_ttft']:.2f}" for r in rows)
-        print(f"  {label}: max gap {gaps} ms, paste {pastes} s, question {questions} s")
+        print(f"  {label}: max gap {gaps}; paste {pastes} s; question {questions} s")
     print(f"  (question: {QUESTION!r}, asked {args.question_after:g} s into the paste)")
     report_steps(runs)
     chunked, whole = runs.get("ours, chunked"), runs.get("ours, unchunked")
@@ -411,6 +430,15 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
             f"{med([r['max_gap'] for r in whole]) * 1000:.0f} ms); paste TTFT chunked/unchunked <= 1.3x: "
             f"{med([r['ttft'] for r in chunked]) / med([r['ttft'] for r in whole]):.2f}x"
         )
+
+
+def _gap_text(row: dict[str, Any]) -> str:
+    """'174 ms at 3.2 s': a round's largest gap and where in the paste it began ('…, question'
+    where it overlapped the short question's wait)."""
+    if math.isnan(row["max_gap"]):
+        return "nan"
+    during = ", question" if row.get("max_gap_question") else ""
+    return f"{row['max_gap'] * 1000:.0f} ms at {row.get('max_gap_at', math.nan):.1f} s{during}"
 
 
 def report_steps(runs: dict[str, list[dict[str, Any]]]) -> None:

@@ -13,7 +13,8 @@ each in interleaved rounds (medians):
    history, that reply, one more question) is sent. TTFT of each, and the ratio.
 2. A long paste while others stream: 4 streams run, then a fresh ~--tokens prompt arrives.
    The largest gap between two tokens of the 4 streams while it is prefilled (their median
-   gap beforehand for scale), and its own TTFT, chunked vs unchunked; and the TTFT of
+   gap beforehand for scale; each round's says where in the paste it began), and its own
+   TTFT, chunked vs unchunked; and the TTFT of
    another user's short question asked --question-after seconds into the paste (a short
    prompt should not wait for a long one). For our servers, where the model's time went
    from the paste's arrival to its first token (/metrics' step times): its prefill steps

@@ -20,7 +20,10 @@ each in interleaved rounds (medians):
    from the paste's arrival to its first token (/metrics' step times): its prefill steps
    against the streams' decode steps between them.
 
-All requests are greedy. Before each measurement the benchmark waits for the machine to be
+All requests are greedy and, as the site sends them (INFERENCE_PROMPT_PROGRESS, on by
+default), ask for the prompt's progress (`return_progress`: ours sends a `prompt_progress`
+chunk per prefill step, llama-cpp-python's server ignores the field); `--no-progress` leaves
+it out. The paste's progress reports are counted. Before each measurement the benchmark waits for the machine to be
 quiet, so no server's leftover work (our cache filling in the background, llama.cpp finishing
 a prompt whose client left) lands on the next one. bench/README.md keeps the figures.
 """
@@ -52,6 +55,9 @@ CHARS_PER_TOKEN = 3.8  # of these docs through the bundled model's tokenizer
 PART_CHARS = 1800
 STREAMS = 4
 QUESTION = "What is the capital of France?"
+# What the site's inference client adds to every request (settings.INFERENCE_PROMPT_PROGRESS),
+# so that the servers do the work they do behind the site; main() empties it on --no-progress.
+SITE_FIELDS: dict[str, Any] = {"return_progress": True}
 
 
 def conversation(tokens: int) -> list[dict[str, str]]:
@@ -78,9 +84,10 @@ async def stream(
     out: dict[str, Any] | None = None,
     first: asyncio.Event | None = None,
 ) -> dict[str, Any]:
-    """One greedy stream: the arrival time of each content chunk, its text, prompt tokens
-    (filled into `out` as they come); `first` is set at its first content."""
+    """One greedy stream: the arrival time of each content chunk, its text, prompt tokens,
+    progress reports (filled into `out` as they come); `first` is set at its first content."""
     body = {
+        **SITE_FIELDS,
         "messages": messages,
         "stream": True,
         "max_tokens": max_tokens,
@@ -88,7 +95,9 @@ async def stream(
         "stream_options": {"include_usage": True},
     }
     out = out if out is not None else {}
-    out.update({"start": time.monotonic(), "times": [], "text": "", "prompt_tokens": None})
+    out.update(
+        {"start": time.monotonic(), "times": [], "text": "", "prompt_tokens": None, "progress": 0}
+    )
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -97,6 +106,7 @@ async def stream(
             chunk = json.loads(line[6:])
             if chunk.get("usage"):
                 out["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
+            out["progress"] += "prompt_progress" in chunk
             content = chunk["choices"][0]["delta"].get("content") if chunk.get("choices") else None
             if content:
                 out["times"].append(time.monotonic())
@@ -228,6 +238,7 @@ async def paste_while_streaming(
         "ttft": ttft(long_),
         # nan where the paste's first token came first (the question did not overlap it)
         "question_ttft": ttft(question) if question["start"] < window[1] else float("nan"),
+        "progress_reports": long_["progress"],
         "streaming": sum(1 for s in streams if s["times"] and s["times"][0] < window[0]),
         "steps": steps,
     }
@@ -298,6 +309,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="seconds into the paste another user asks a short question (0: none)",
+    )
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="leave out return_progress (the site asks for the prompt's progress by default)",
     )
     ap.add_argument(
         "--before",
@@ -421,7 +437,11 @@ def report_paste(urls: dict[str, str], args: argparse.Namespace) -> None:
         gaps = ", ".join(_gap_text(r) for r in rows)
         pastes = ", ".join(f"{r['ttft']:.2f}" for r in rows)
         questions = ", ".join(f"{r['question_ttft']:.2f}" for r in rows)
-        print(f"  {label}: max gap {gaps}; paste {pastes} s; question {questions} s")
+        reports = med([r["progress_reports"] for r in rows])
+        print(
+            f"  {label}: max gap {gaps}; paste {pastes} s; question {questions} s; "
+            f"the paste's progress reports {reports:.0f}"
+        )
     print(f"  (question: {QUESTION!r}, asked {args.question_after:g} s into the paste)")
     report_steps(runs)
     chunked, whole = runs.get("ours, chunked"), runs.get("ours, unchunked")
@@ -458,9 +478,12 @@ def report_steps(runs: dict[str, list[dict[str, Any]]]) -> None:
 
 def main() -> None:
     args = parse_args()
+    if args.no_progress:
+        SITE_FIELDS.clear()
     with contextlib.ExitStack() as stack:
         urls = start_servers(stack, args)
-        print(f"servers: {', '.join(urls)}; greedy; prompts of ~{args.tokens} tokens")
+        asked = "asking for the prompt's progress" if SITE_FIELDS else "no progress asked"
+        print(f"servers: {', '.join(urls)}; greedy, {asked}; prompts of ~{args.tokens} tokens")
         if not args.skip_next_turn:
             report_next_turn(urls, args)
         if not args.skip_paste:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 
+import httpx
 import pytest
 
+from bench import long_context
 from bench.long_context import largest_gap, parse_model_steps, steps_between
 from inference.metrics import Metrics
 from inference.scheduler import StepTimes
@@ -60,3 +64,44 @@ def test_gaps_that_end_before_the_paste_are_not_its_gaps() -> None:
     streams = [{"times": [0.0, 0.4, 0.45]}]
     gap = largest_gap(streams, (0.5, 2.0), {"start": math.inf, "times": []})
     assert math.isnan(gap["max_gap"]) and gap["max_gap_question"] is False
+
+
+def sse(*chunks: dict) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+def read_stream(monkeypatch, fields: dict) -> tuple[dict, dict]:
+    """(the request's body, what stream() read) from a scripted server: two progress
+    reports, then two tokens and the usage."""
+    monkeypatch.setattr(long_context, "SITE_FIELDS", fields)
+    sent = {}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.update(json.loads(request.content))
+        progress = {"total": 40, "cache": 0, "processed": 20, "time_ms": 5}
+        body = sse(
+            {"choices": [], "prompt_progress": progress},
+            {"choices": [], "prompt_progress": {**progress, "processed": 40}},
+            {"choices": [{"delta": {"content": "Hel"}}]},
+            {"choices": [{"delta": {"content": "lo"}}]},
+            {"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
+        )
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async def run() -> dict:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            return await long_context.stream(client, "http://model", [], 4)
+
+    return sent, asyncio.run(run())
+
+
+def test_the_benchmark_asks_for_the_prompts_progress_as_the_site_does(monkeypatch) -> None:
+    sent, read = read_stream(monkeypatch, {"return_progress": True})
+    assert sent["return_progress"] is True
+    assert (read["progress"], read["text"], read["prompt_tokens"]) == (2, "Hello", 40)
+    assert len(read["times"]) == 2  # progress reports are not tokens
+
+
+def test_no_progress_leaves_the_field_out(monkeypatch) -> None:
+    sent, _ = read_stream(monkeypatch, {})
+    assert "return_progress" not in sent

@@ -11,8 +11,10 @@ llama-cpp-python on the same GGUF (its tensors as stored, its f16 KV), and runs 
 through each server in interleaved rounds. Per server it prints tokens/s (end to end, as
 bench.inference counts them), decode tokens/s (after the first token), bytes per token, the
 limit in tokens/s and the fraction of it reached. `--kernels auto,native,torch` runs our
-server once per 4-bit kernel (INT4_KERNEL) in the same rounds. bench/README.md keeps the
-figures.
+server once per 4-bit kernel (INT4_KERNEL) in the same rounds. Requests are greedy unless
+`--sampling K=V,...` gives both servers other fields (the site's defaults:
+`--sampling temperature=0.5,top_p=0.9,frequency_penalty=0.8,presence_penalty=0.3,min_p=0.1`).
+bench/README.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 
 from bench.inference import run_http, server_process
-from bench.measure import PROMPTS, Result, wait_for_quiet
+from bench.measure import PROMPTS, Result, sampling_fields, wait_for_quiet
 from inference import q4mm, quant
 from inference.chat_encoder import encode_chat
 from inference.engine import Message
@@ -117,6 +119,14 @@ def parse_args() -> argparse.Namespace:
         default="",
         help="a python with llama-cpp-python[server]: adds its server on the same GGUF",
     )
+    ap.add_argument(
+        "--sampling",
+        type=sampling_fields,
+        default={},
+        metavar="K=V,...",
+        help="request fields for every server instead of greedy decoding, e.g. the site's "
+        "defaults: temperature=0.5,top_p=0.9,frequency_penalty=0.8,presence_penalty=0.3,min_p=0.1",
+    )
     return ap.parse_args()
 
 
@@ -148,20 +158,24 @@ def main() -> None:
     del loaded  # the servers load their own copies
     bandwidth = read_bandwidth(args.mb)
     print(f"model: {bundled_gguf().name}, {args.tokens} new tokens, prompt {prompt_tokens} tokens")
+    print(f"sampling: {args.sampling or 'greedy'}")
     print(f"KV read per step at the mean context ({context} positions)")
     for name, parts in sizes.items():
         detail = ", ".join(f"{k} {v / MB:.2f}" for k, v in parts.items())
         print(f"bytes per token, {name}: {sum(parts.values()) / MB:.2f} MiB ({detail})")
-    results = measure(servers, args.rounds, args.tokens)
+    results = measure(servers, args.rounds, args.tokens, args.sampling)
     bandwidth = max(bandwidth, read_bandwidth(args.mb))  # the machine's best, before and after
     report(results, sizes, bandwidth, args)
 
 
 def measure(
-    servers: dict[str, tuple[list[str], str]], rounds: int, tokens: int
+    servers: dict[str, tuple[list[str], str]],
+    rounds: int,
+    tokens: int,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, list[Result]]:
     """One stream through each server in turn, `rounds` times (after one warm-up each), the
-    order rotated every round."""
+    order rotated every round; `sampling`'s fields in every request (none: greedy)."""
     results: dict[str, list[Result]] = {name: [] for name in servers}
     with contextlib.ExitStack() as stack:
         urls = {
@@ -179,7 +193,7 @@ def measure(
             # each server first in turn: in a fixed order two servers of the same settings
             # were measured 71 and 62 tokens/s, by their places in the round
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                results[name].append(asyncio.run(run_http(live[name], 1, tokens, {})))
+                results[name].append(asyncio.run(run_http(live[name], 1, tokens, sampling or {})))
     return results
 
 

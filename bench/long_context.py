@@ -23,9 +23,10 @@ each in interleaved rounds (medians):
 All requests are greedy and, as the site sends them (INFERENCE_PROMPT_PROGRESS, on by
 default), ask for the prompt's progress (`return_progress`: ours sends a `prompt_progress`
 chunk per prefill step, llama-cpp-python's server ignores the field); `--no-progress` leaves
-it out. The paste's progress reports are counted. Before each measurement the benchmark waits for the machine to be
-quiet, so no server's leftover work (our cache filling in the background, llama.cpp finishing
-a prompt whose client left) lands on the next one. bench/README.md keeps the figures.
+it out. The paste's progress reports are counted. Before each measurement the benchmark
+waits for the machine to be quiet, so no server's leftover work (our cache filling in the
+background, llama.cpp finishing a prompt whose client left) lands on the next one.
+bench/README.md keeps the figures.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pytest
 
 from bench import long_context
 from bench.long_context import largest_gap, parse_model_steps, steps_between
+from chat.inference_client.http import PROGRESS_FIELD
 from inference.metrics import Metrics
 from inference.scheduler import StepTimes
 
@@ -70,10 +71,11 @@ def sse(*chunks: dict) -> bytes:
     return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
 
 
-def read_stream(monkeypatch, fields: dict) -> tuple[dict, dict]:
+def read_stream(monkeypatch, fields: dict | None = None) -> tuple[dict, dict]:
     """(the request's body, what stream() read) from a scripted server: two progress
-    reports, then two tokens and the usage."""
-    monkeypatch.setattr(long_context, "SITE_FIELDS", fields)
+    reports, then two tokens and the usage. `fields`: SITE_FIELDS instead of its default."""
+    if fields is not None:
+        monkeypatch.setattr(long_context, "SITE_FIELDS", fields)
     sent = {}
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -96,12 +98,12 @@ def read_stream(monkeypatch, fields: dict) -> tuple[dict, dict]:
 
 
 def test_the_benchmark_asks_for_the_prompts_progress_as_the_site_does(monkeypatch) -> None:
-    sent, read = read_stream(monkeypatch, {"return_progress": True})
-    assert sent["return_progress"] is True
+    sent, read = read_stream(monkeypatch)
+    assert sent[PROGRESS_FIELD] is True  # the field the site's client sends by default
     assert (read["progress"], read["text"], read["prompt_tokens"]) == (2, "Hello", 40)
     assert len(read["times"]) == 2  # progress reports are not tokens
 
 
 def test_no_progress_leaves_the_field_out(monkeypatch) -> None:
     sent, _ = read_stream(monkeypatch, {})
-    assert "return_progress" not in sent
+    assert PROGRESS_FIELD not in sent

@@ -14,11 +14,10 @@ each in interleaved rounds (medians):
 2. A long paste while others stream: 4 streams run, then a fresh ~--tokens prompt arrives.
    The largest gap between two tokens of the 4 streams while it is prefilled (their median
    gap beforehand for scale; each round's says where in the paste it began), and its own
-   TTFT, chunked vs unchunked; and the TTFT of
-   another user's short question asked --question-after seconds into the paste (a short
-   prompt should not wait for a long one). For our servers, where the model's time went
-   from the paste's arrival to its first token (/metrics' step times): its prefill steps
-   against the streams' decode steps between them.
+   TTFT, chunked vs unchunked; and the TTFT of another user's short question asked
+   --question-after seconds into the paste (a short prompt should not wait for a long one).
+   For our servers, where the model's time went from the paste's arrival to its first token
+   (/metrics' step times): its prefill steps against the streams' decode steps between them.
 
 All requests are greedy and, as the site sends them (INFERENCE_PROMPT_PROGRESS, on by
 default), ask for the prompt's progress (`return_progress`: ours sends a `prompt_progress`

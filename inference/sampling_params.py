@@ -68,6 +68,11 @@ class SamplingParams:
         return self.penalized or bool(self.logit_bias)
 
     @property
+    def floors(self) -> bool:
+        """Cuts by a floor on the logits (min-p, top-k), which a shortlist of them can place."""
+        return self.min_p > 0 or self.top_k > 0
+
+    @property
     def truncates(self) -> bool:
         """Cuts the distribution before sampling (no effect on greedy rows)."""
         return self.top_p < 1 or self.top_k > 0 or self.min_p > 0

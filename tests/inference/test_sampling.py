@@ -17,11 +17,13 @@ from transformers import (
 
 from inference.sampling import (
     CANDIDATES,
+    FEW,
     apply_min_p,
     apply_top_k,
     apply_top_p,
     candidates,
     sample,
+    shortlists,
     warp,
 )
 from inference.sampling_params import SamplingParams
@@ -104,6 +106,33 @@ def test_shortlist_equals_cutting_the_whole_sorted_vocabulary(scale: float) -> N
         torch.testing.assert_close(_dense(shortlist), full / full.sum())
         if scale > 1:
             assert int((_dense(shortlist) > 0).sum()) < CANDIDATES
+
+
+FLOORED = [
+    SamplingParams(max_tokens=1, temperature=0.5, top_p=0.9, min_p=0.1),  # the site's cuts
+    SamplingParams(max_tokens=1, temperature=1.0, top_k=40),
+    SamplingParams(max_tokens=1, temperature=0.8, top_k=CANDIDATES + 44, min_p=0.05),
+    SamplingParams(max_tokens=1, temperature=1.2, top_k=5, min_p=0.02, top_p=0.8),
+]
+
+
+@pytest.mark.parametrize(
+    ("scale", "lengths"),  # how many highest logits each row's cut was placed on
+    [
+        (8.0, [FEW, CANDIDATES, FEW, FEW]),  # peaked: a handful past the min-p floor
+        (1.0, [FEW, CANDIDATES, CANDIDATES, FEW]),
+        (0.3, [VOCAB, CANDIDATES, VOCAB, FEW]),  # flat: min-p keeps hundreds
+    ],
+)
+def test_floor_cuts_on_the_highest_logits_equal_cutting_the_whole_vocabulary(
+    scale: float, lengths: list[int]
+) -> None:
+    logits = _logits(len(FLOORED), scale=scale, seed=3)
+    got = shortlists(logits, FLOORED)
+    want = candidates(warp(logits, FLOORED), FLOORED)
+    for row, (mine, whole) in enumerate(zip(got, want, strict=True)):
+        torch.testing.assert_close(_dense(mine), _dense(whole))
+        assert len(mine[1]) == lengths[row], row
 
 
 def test_a_seeded_request_draws_the_same_whatever_shares_its_batch() -> None:

@@ -27,7 +27,15 @@ from typing import Any
 
 import httpx
 
-from bench.measure import HEADER, PROMPTS, Result, percentile, sampling_fields, wait_for_quiet
+from bench.measure import (
+    HEADER,
+    PROMPTS,
+    Result,
+    commit_tree,
+    percentile,
+    sampling_fields,
+    wait_for_quiet,
+)
 from inference.engine import Message
 from inference.hf_engine import TransformersEngine
 from inference.model_store import LoadedModel, prepare_model
@@ -189,6 +197,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "interleaved with the default one: what the cache and chunking cost concurrent streams",
     )
     ap.add_argument(
+        "--before",
+        default="",
+        metavar="REV",
+        help="also run an earlier commit's server (git archive), and each --sampling mode "
+        "through it, interleaved with this tree's: what a change did, side by side",
+    )
+    ap.add_argument(
         "--hf-manager",
         action="store_true",
         help="add transformers' ContinuousBatchingManager, in-process, as a baseline",
@@ -225,6 +240,8 @@ def main() -> None:
             single_stream(modes, args.rounds, args.tokens, rows)
     print_targets(rows, levels)
     print_sampling_costs(rows, levels, args.sampling)
+    if args.before:
+        print_before(rows, levels, args.before, len(args.sampling))
     if args.dtypes:
         dtype_rows(loaded, args)
 
@@ -259,10 +276,17 @@ def start_modes(
         http["llama-cpp-python server"] = stack.enter_context(
             server_process(*llama_server_cmd(args.llama_python), port_flag="--port")
         )
+    if args.before:
+        cmd, ready = our_server_cmd(args.dtype, max(levels))
+        before = str(commit_tree(stack, args.before))
+        http[_at(args.before)] = stack.enter_context(
+            server_process(cmd, ready, port_flag="--port", cwd=before)
+        )
     modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
     for letter, fields in zip(LETTERS, args.sampling):
-        if http["batched HTTP"]:
-            modes[f"sampling {letter}"] = _http_mode(http["batched HTTP"], fields)
+        for label, url in http.items():
+            if url and (label == "batched HTTP" or label == _at(args.before)):
+                modes[_sampled(letter, label)] = _http_mode(url, fields)
     if args.hf_manager:
         from bench.hf_manager import run_hf_manager
 
@@ -334,6 +358,17 @@ def _median_run(runs: list[Result]) -> Result:
 
 
 LETTERS = "ABCDEFGH"
+
+
+def _at(commit: str) -> str:
+    return f"batched HTTP at {commit}"
+
+
+def _sampled(letter: str, server: str) -> str:
+    """The label of a --sampling mode through `server` (this tree's: plain 'sampling A')."""
+    return f"sampling {letter}" + server.removeprefix("batched HTTP")
+
+
 PLAIN = "no cache/chunks HTTP"
 
 
@@ -351,6 +386,23 @@ def print_sampling_costs(
             if (f"sampling {letter}", n) in rows and ("sampling A", n) in rows
         ]
         print(f"  {letter}: {json.dumps(fields)}  {', '.join(ratios)}")
+
+
+def print_before(
+    rows: dict[tuple[str, int], Result], levels: list[int], commit: str, samplings: int
+) -> None:
+    """This tree's tokens/s as a ratio of the earlier commit's, mode by mode, level by level."""
+    print(f"\nthis tree against {commit} (tokens/s, this tree's over its):")
+    pairs = [("batched HTTP", _at(commit))] + [
+        (f"sampling {letter}", _sampled(letter, _at(commit))) for letter in LETTERS[:samplings]
+    ]
+    for mine, theirs in pairs:
+        ratios = [
+            f"N={n} {rows[(mine, n)].rate / rows[(theirs, n)].rate:.3f}x"
+            for n in levels
+            if (mine, n) in rows and (theirs, n) in rows and rows[(theirs, n)].rate
+        ]
+        print(f"  {mine}: {', '.join(ratios) or 'not measured'}")
 
 
 def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> None:

@@ -36,9 +36,7 @@ import contextlib
 import json
 import math
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -48,7 +46,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.inference import server_process
-from bench.measure import wait_for_quiet
+from bench.measure import commit_tree, wait_for_quiet
 
 DOCS = Path(__file__).parents[1] / "docs"
 CHARS_PER_TOKEN = 3.8  # of these docs through the bundled model's tokenizer
@@ -351,7 +349,7 @@ def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> dict
     cwds = {}
     if args.before:
         label = f"ours at {args.before}, chunked"
-        cmds, cwds[label] = {label: ours + chunk, **cmds}, str(_archive(stack, args.before))
+        cmds, cwds[label] = {label: ours + chunk, **cmds}, str(commit_tree(stack, args.before))
     urls = {}
     for label, cmd in cmds.items():
         ready = "/v1/models" if label.startswith("llama") else "/ready"
@@ -361,16 +359,6 @@ def start_servers(stack: contextlib.ExitStack, args: argparse.Namespace) -> dict
         if url:
             urls[label] = url
     return urls
-
-
-def _archive(stack: contextlib.ExitStack, commit: str) -> Path:
-    """The tree of `commit`, unpacked in a temporary folder for the block's life."""
-    into = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-    tree = subprocess.run(
-        ["git", "archive", commit], cwd=DOCS.parent, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tree, check=True)
-    return into
 
 
 def med(values: list[float]) -> float:

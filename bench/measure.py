@@ -4,9 +4,13 @@ command line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PROMPTS = [
@@ -16,6 +20,24 @@ PROMPTS = [
     "Describe a busy market in the morning.",
 ]
 HEADER = f"{'mode':<28} {'N':>3} {'tok/s':>8} {'ttft50':>7} {'ttft99':>7} {'itl50ms':>8} {'itl99ms':>8} {'fail':>5}"
+
+
+ROOT = Path(__file__).parents[1]
+
+
+def unpack_commit(commit: str, into: Path) -> Path:
+    """The tree of `commit` (git archive of this repository), unpacked into a new folder."""
+    into.mkdir(parents=True)
+    tree = subprocess.run(
+        ["git", "archive", commit], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tree, check=True)
+    return into
+
+
+def commit_tree(stack: contextlib.ExitStack, commit: str) -> Path:
+    """The tree of `commit`, unpacked in a temporary folder for the life of `stack`."""
+    return unpack_commit(commit, Path(stack.enter_context(tempfile.TemporaryDirectory())) / "tree")
 
 
 def sampling_fields(text: str) -> dict[str, Any]:

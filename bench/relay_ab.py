@@ -18,13 +18,13 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
+from bench.measure import unpack_commit
 from bench.relay.clients import sign_in
 from bench.relay.rounds import run_round, send_burst
 from bench.relay.runner import site_env
@@ -48,15 +48,6 @@ def parse_args(argv=None):
 
 def _loadavg() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
-
-
-def _archive(commit: str, into: Path) -> Path:
-    into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "archive", commit], cwd=processes.ROOT, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def _database(base: str, name: str) -> str:
@@ -144,7 +135,7 @@ def main() -> None:
     print(f"load average at start: {_loadavg()}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        before_root = _archive(args.before, tmp / "before")
+        before_root = unpack_commit(args.before, tmp / "before")
         inference = InferenceServer(
             tmp, engine="fake", FAKE_TOKENS_PER_SECOND=args.rate, MAX_BATCH=5000, MAX_QUEUE=5000
         ).start()

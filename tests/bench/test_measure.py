@@ -1,7 +1,10 @@
-"""bench.measure's wait for a quiet machine, on made-up CPU counters."""
+"""bench.measure's wait for a quiet machine, on made-up CPU counters, and the earlier commit
+it unpacks for side-by-side runs."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from bench import measure
@@ -30,3 +33,16 @@ def test_a_machine_never_quiet_gives_up_at_the_timeout(monkeypatch: Any) -> None
     _counters(monkeypatch, busy)
     waited = measure.wait_for_quiet(window=0.001, timeout=0.05)
     assert 0.05 <= waited < 1
+
+
+def test_an_earlier_commit_is_unpacked_as_it_was_committed(tmp_path: Path) -> None:
+    tree = measure.unpack_commit("HEAD", tmp_path / "tree")
+    committed = subprocess.run(
+        ["git", "show", "HEAD:inference/sampling.py"],
+        cwd=measure.ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert (tree / "inference" / "sampling.py").read_text() == committed
+    assert not (tree / ".git").exists()

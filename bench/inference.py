@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -228,10 +229,12 @@ def main() -> None:
     )
     print(HEADER)
     rows: dict[tuple[str, int], Result] = {}
+    every: dict[tuple[str, int], list[Result]] = {}  # each round's run, in round order
     with contextlib.ExitStack() as stack:
         modes = start_modes(stack, args, levels, loaded)
         for n in levels:
             for label, runs in _rounds(modes, args.repeat, n, args.tokens).items():
+                every[(label, n)] = runs
                 show(rows, label, n, _median_run(runs))
         modes["batched in-process"] = lambda n, tokens: asyncio.run(
             in_process(loaded, settings_for(args.dtype, 1), n, tokens)
@@ -241,7 +244,7 @@ def main() -> None:
     print_targets(rows, levels)
     print_sampling_costs(rows, levels, args.sampling)
     if args.before:
-        print_before(rows, levels, args.before, len(args.sampling))
+        print_before(every, levels, args.before, len(args.sampling))
     if args.dtypes:
         dtype_rows(loaded, args)
 
@@ -345,9 +348,12 @@ def _http_mode(url: str, sampling: dict[str, Any] | None = None) -> Measure:
 
 
 def _rounds(modes: dict[str, Measure], rounds: int, n: int, tokens: int) -> dict[str, list[Result]]:
+    """Every mode once a round, in reverse order every other round (ABBA), so no mode always
+    runs right after the same one or first after the machine was quiet."""
     runs: dict[str, list[Result]] = {label: [] for label in modes}
-    for _ in range(rounds):
-        for label, measure in modes.items():
+    for round_ in range(rounds):
+        order = list(modes.items())
+        for label, measure in order[::-1] if round_ % 2 else order:
             wait_for_quiet()  # no server's leftover work lands on the next mode
             runs[label].append(measure(n, tokens))
     return runs
@@ -389,20 +395,24 @@ def print_sampling_costs(
 
 
 def print_before(
-    rows: dict[tuple[str, int], Result], levels: list[int], commit: str, samplings: int
+    every: dict[tuple[str, int], list[Result]], levels: list[int], commit: str, samplings: int
 ) -> None:
-    """This tree's tokens/s as a ratio of the earlier commit's, mode by mode, level by level."""
-    print(f"\nthis tree against {commit} (tokens/s, this tree's over its):")
+    """This tree's tokens/s over the earlier commit's, mode by mode, level by level: the
+    median of each round's ratio (the two ran back to back), and every round's."""
+    print(f"\nthis tree against {commit} (tokens/s, this tree's over its; median of the rounds):")
     pairs = [("batched HTTP", _at(commit))] + [
         (f"sampling {letter}", _sampled(letter, _at(commit))) for letter in LETTERS[:samplings]
     ]
     for mine, theirs in pairs:
-        ratios = [
-            f"N={n} {rows[(mine, n)].rate / rows[(theirs, n)].rate:.3f}x"
-            for n in levels
-            if (mine, n) in rows and (theirs, n) in rows and rows[(theirs, n)].rate
-        ]
-        print(f"  {mine}: {', '.join(ratios) or 'not measured'}")
+        for n in levels:
+            ratios = [
+                a.rate / b.rate
+                for a, b in zip(every.get((mine, n), []), every.get((theirs, n), []))
+                if b.rate and not (a.failures or b.failures)
+            ]
+            if ratios:
+                each = ", ".join(f"{r:.2f}" for r in ratios)
+                print(f"  {mine}, N={n}: {statistics.median(ratios):.3f}x ({each})")
 
 
 def print_targets(rows: dict[tuple[str, int], Result], levels: list[int]) -> None:

@@ -3,6 +3,7 @@
 
     .venv/bin/python -m bench.inference                 # N = 1,4,8,16, 128 tokens
     .venv/bin/python -m bench.inference --n 1,8 --hf-manager --llama-python /path/to/python
+    .venv/bin/python -m bench.inference --n 1,8 --before HEAD~1 --sampling temperature=0.5
 
 Our server (`python -m inference`), the seed's pattern (`bench.seed_server`) and
 llama-cpp-python's server (optional) each run in their own process, as deployed, on the same
@@ -10,7 +11,8 @@ model file and DTYPE; the clients are httpx streams in this process, where the i
 rows (our engine, transformers' manager) also run. Rows: aggregate tokens/s, TTFT p50/p99,
 inter-token latency p50/p99 (between received content chunks), failures (streams that ended
 early or with an error). Then one stream over HTTP vs the same engine in-process vs llama.cpp
-in interleaved rounds, the issue's targets as ratios of those rows, and one row per DTYPE.
+in interleaved rounds, the issue's targets as ratios of those rows, and one row per DTYPE;
+with --before, an earlier commit's server beside ours, mode by mode.
 bench/README.md keeps the figures.
 """
 
@@ -286,10 +288,11 @@ def start_modes(
             server_process(cmd, ready, port_flag="--port", cwd=before)
         )
     modes: dict[str, Measure] = {label: _http_mode(url) for label, url in http.items() if url}
+    sampled = ["batched HTTP"] + ([_at(args.before)] if args.before else [])
     for letter, fields in zip(LETTERS, args.sampling):
-        for label, url in http.items():
-            if url and (label == "batched HTTP" or label == _at(args.before)):
-                modes[_sampled(letter, label)] = _http_mode(url, fields)
+        for label in sampled:
+            if http[label]:
+                modes[_sampled(letter, label)] = _http_mode(http[label], fields)
     if args.hf_manager:
         from bench.hf_manager import run_hf_manager
 
